@@ -1,0 +1,127 @@
+"""MultiHeadAttention: owns the Q, K, V, O projections and the decode cache.
+
+Heads are chunks of the *projections* (d2l §11.5): a (D, H, K) kernel maps (B, T, D)
+straight to (B, H, T, K), which is the book's `transpose_qkv` of a (D, D) projection.
+The parameter tree (query/key/value/out with kernel and bias) matches
+`flax.linen.MultiHeadDotProductAttention`, so weights move between the two unchanged.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer_jax import ops
+from transformer_jax.nn.config import ModelConfig
+
+Array = jnp.ndarray
+
+
+class HeadProjection(nn.Module):
+    """(B, T, D) -> (B, H, T, K) with a (D, H, K) kernel and an (H, K) bias."""
+
+    num_heads: int
+    head_dim: int
+    use_bias: bool
+    dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        h, k = self.num_heads, self.head_dim
+        init = nn.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
+        kernel = self.param("kernel", init, (x.shape[-1], h, k), jnp.float32)
+        y = jnp.einsum("BTD,DHK->BHTK", x.astype(self.dtype), kernel.astype(self.dtype))
+        if self.use_bias:
+            bias = self.param("bias", nn.initializers.zeros, (h, k), jnp.float32)
+            y = y + bias.astype(self.dtype)[None, :, None, :]
+        return y  # (B, H, T, K)
+
+
+class HeadOutput(nn.Module):
+    """(B, H, T, K) -> (B, T, D) with an (H, K, D) kernel: concatenate heads, then W_o."""
+
+    features: int
+    use_bias: bool
+    dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        init = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
+        kernel = self.param("kernel", init, (x.shape[1], x.shape[3], self.features), jnp.float32)
+        y = jnp.einsum("BHTK,HKD->BTD", x, kernel.astype(self.dtype))
+        if self.use_bias:
+            y = y + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        return y.astype(self.dtype)  # (B, T, D)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with a selectable scorer and an optional key/value cache.
+
+    `cache=True` marks causal self-attention, which in `config.decode` mode keeps the
+    projected keys and values of past positions in the `cache` collection, so each new
+    token costs O(T) instead of recomputing the prefix. Attention weights (B, H, T, S) are
+    recorded with `sow("intermediates", "attention_weights", ...)` for heatmaps.
+    """
+
+    config: ModelConfig
+    cache: bool = False
+
+    @nn.compact
+    def __call__(self, x_q: Array, x_kv: Array, mask: Array | None = None) -> Array:
+        """x_q: (B, T, D), x_kv: (B, S, D), mask: broadcastable to (B, H, T, S) -> (B, T, D)."""
+        cfg = self.config
+        h, k, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
+        proj = lambda name: HeadProjection(h, k, cfg.use_bias, dt, name=name)  # noqa: E731
+        q = proj("query")(x_q)  # (B, H, T, K)
+        key = proj("key")(x_kv)  # (B, H, S, K)
+        value = proj("value")(x_kv)  # (B, H, S, K)
+
+        if self.cache and cfg.decode:
+            key, value, mask = self._update_cache(key, value)
+
+        if cfg.attention_kind == "dot":
+            scores = ops.dot_product_scores(q, key)  # (B, H, T, S)
+        else:
+            a = cfg.additive_dim or k
+            init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
+            w_q = self.param("additive_query", init, (h, k, a), jnp.float32)
+            w_k = self.param("additive_key", init, (h, k, a), jnp.float32)
+            w_v = self.param("additive_v", nn.initializers.normal(a**-0.5), (h, a), jnp.float32)
+            q_f = jnp.einsum("BHTK,HKA->BHTA", q, w_q.astype(dt))
+            k_f = jnp.einsum("BHSK,HKA->BHSA", key, w_k.astype(dt))
+            scores = ops.additive_scores(q_f, k_f, w_v.astype(dt))  # (B, H, T, S)
+
+        deterministic = cfg.deterministic or cfg.attention_dropout_rate == 0
+        out, weights = ops.attend(
+            scores,
+            value,
+            mask,
+            dropout_rate=cfg.attention_dropout_rate,
+            dropout_rng=None if deterministic else self.make_rng("dropout"),
+            deterministic=deterministic,
+        )  # (B, H, T, K), (B, H, T, S)
+        self.sow("intermediates", "attention_weights", weights)
+        return HeadOutput(x_q.shape[-1], cfg.use_bias, dt, name="out")(out)  # (B, T, D)
+
+    def _update_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array | None]:
+        """Write this call's keys/values at the cache index; mask the unwritten slots.
+
+        On the `init` call (which sizes the cache from a full-length target) nothing is
+        read back; the caller's mask is used. Afterwards each call appends T new positions.
+        """
+        initialized = self.has_variable("cache", "cached_key")
+        cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+        cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+        index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+        if not initialized:
+            max_len = key.shape[2]
+            return key, value, ops.causal_mask(max_len, max_len)
+        i = index.value
+        num_new, max_len = key.shape[2], cached_key.value.shape[2]
+        cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, 0, i, 0))
+        cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, 0, i, 0))
+        index.value = i + num_new
+        # New query j sits at absolute position i + j and sees keys 0..i + j.
+        mask = ops.causal_mask(num_new, max_len, offset=i)  # (1, 1, T, L)
+        return cached_key.value, cached_value.value, mask

@@ -1,0 +1,40 @@
+"""FeedForward module: owns the two dense layers and calls `ops.position_wise_ffn`."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer_jax import ops
+from transformer_jax.nn.config import ModelConfig
+
+# Xavier/Glorot uniform, as in the Flax WMT example and PyTorch's nn.Transformer.
+kernel_init = nn.initializers.xavier_uniform()
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: (B, T, D) -> (B, T, F) -> (B, T, D)."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        cfg = self.config
+        d, f = x.shape[-1], cfg.ffn_dim
+        w1 = self.param("w1", kernel_init, (d, f), jnp.float32)
+        b1 = self.param("b1", nn.initializers.zeros, (f,), jnp.float32)
+        w2 = self.param("w2", kernel_init, (f, d), jnp.float32)
+        b2 = self.param("b2", nn.initializers.zeros, (d,), jnp.float32)
+        dt = cfg.compute_dtype
+        rng = None if cfg.deterministic or cfg.dropout_rate == 0 else self.make_rng("dropout")
+        return ops.position_wise_ffn(
+            x.astype(dt),
+            w1.astype(dt),
+            b1.astype(dt),
+            w2.astype(dt),
+            b2.astype(dt),
+            activation=cfg.activation,
+            dropout_rate=cfg.dropout_rate,
+            dropout_rng=rng,
+            deterministic=cfg.deterministic,
+        )

@@ -1,0 +1,67 @@
+"""Encoder and decoder stacks: embeddings + positions + blocks (+ final norm for pre-norm)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer_jax import ops
+from transformer_jax.nn.blocks import DecoderBlock, EncoderBlock
+from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.embedding import Embed, PositionalEncoding
+from transformer_jax.nn.normalization import Norm
+
+Array = jnp.ndarray
+
+
+class Encoder(nn.Module):
+    """Token ids (B, S) and valid lengths (B,) -> (B, S, D). Also an encoder-only model.
+
+    `embed` may be passed in to share a table with the decoder; otherwise it is created.
+    """
+
+    config: ModelConfig
+    embed: Embed | None = None
+
+    @nn.compact
+    def __call__(self, src: Array, src_len: Array) -> Array:
+        cfg = self.config
+        embed = self.embed or Embed(cfg.src_vocab_size, cfg, name="embed")
+        x = PositionalEncoding(cfg, name="positions")(embed(src))  # (B, S, D)
+        mask = ops.valid_length_mask(src_len, src.shape[1])  # (B, 1, 1, S)
+        for i in range(cfg.num_encoder_layers):
+            x = EncoderBlock(cfg, name=f"block_{i}")(x, mask)
+        if cfg.norm_placement == "pre":
+            x = Norm(cfg, name="final_norm")(x)
+        return x
+
+
+class Decoder(nn.Module):
+    """Target-side stack. tgt_in (B, T) [+ memory (B, S, D)] -> hidden states (B, T, D).
+
+    With `memory=None` it is a decoder-only (causal LM) stack. In decode mode, call it
+    with one (or a few) new tokens at a time; the cache holds the past.
+    """
+
+    config: ModelConfig
+    embed: Embed | None = None
+
+    @nn.compact
+    def __call__(
+        self, tgt_in: Array, memory: Array | None = None, src_len: Array | None = None
+    ) -> Array:
+        cfg = self.config
+        embed = self.embed or Embed(cfg.tgt_vocab_size, cfg, name="embed")
+        x = PositionalEncoding(cfg, name="positions")(embed(tgt_in))  # (B, T, D)
+        # Training: the per-query valid lengths [1..T] of d2l are exactly a causal mask.
+        self_mask = None if cfg.decode else ops.causal_mask(tgt_in.shape[1])  # (1, 1, T, T)
+        memory_mask = None
+        if memory is not None:
+            if src_len is None:
+                raise ValueError("Decoder needs src_len (B,) whenever memory is given.")
+            memory_mask = ops.valid_length_mask(src_len, memory.shape[1])  # (B, 1, 1, S)
+        for i in range(cfg.num_decoder_layers):
+            x = DecoderBlock(cfg, name=f"block_{i}")(x, self_mask, memory, memory_mask)
+        if cfg.norm_placement == "pre":
+            x = Norm(cfg, name="final_norm")(x)
+        return x

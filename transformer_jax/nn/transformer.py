@@ -1,0 +1,85 @@
+"""The encoder–decoder Transformer and a decoder-only causal language model."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.embedding import Embed
+from transformer_jax.nn.stacks import Decoder, Encoder
+
+Array = jnp.ndarray
+
+
+class OutputProjection(nn.Module):
+    """(B, T, D) -> (B, T, V) float32 logits, tied to `embed` or with its own kernel."""
+
+    config: ModelConfig
+    vocab_size: int
+    embed: Embed | None = None
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.config
+        if self.embed is not None:
+            return self.embed.attend(x).astype(jnp.float32)
+        logits = nn.Dense(
+            self.vocab_size,
+            dtype=cfg.compute_dtype,
+            param_dtype=jnp.float32,
+            kernel_init=nn.initializers.xavier_uniform(),
+            name="dense",
+        )(x)
+        return logits.astype(jnp.float32)
+
+
+class Transformer(nn.Module):
+    """Encoder–decoder Transformer (Vaswani et al. 2017).
+
+    Three modes from one definition, chosen by the config: training (dropout on),
+    evaluation (`deterministic=True`) and incremental decoding (`decode=True`, cache on).
+    """
+
+    config: ModelConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        src_embed = Embed(cfg.src_vocab_size, cfg, name="src_embed")
+        tgt_embed = (
+            src_embed if cfg.share_embeddings else Embed(cfg.tgt_vocab_size, cfg, name="tgt_embed")
+        )
+        self.encoder = Encoder(cfg, embed=src_embed)
+        self.decoder = Decoder(cfg, embed=tgt_embed)
+        self.output = OutputProjection(
+            cfg, cfg.tgt_vocab_size, embed=tgt_embed if cfg.tie_output else None
+        )
+
+    def encode(self, src: Array, src_len: Array) -> Array:
+        """src (B, S) int, src_len (B,) -> memory (B, S, D)."""
+        return self.encoder(src, src_len)
+
+    def decode(self, memory: Array, src_len: Array, tgt_in: Array) -> Array:
+        """memory (B, S, D), src_len (B,), tgt_in (B, T) -> logits (B, T, V) float32.
+
+        In decode mode `tgt_in` holds only the new token(s), (B, 1).
+        """
+        return self.output(self.decoder(tgt_in, memory, src_len))
+
+    def __call__(self, src: Array, src_len: Array, tgt_in: Array) -> Array:
+        """Teacher-forced logits (B, T, V) for source (B, S) and decoder input (B, T)."""
+        return self.decode(self.encode(src, src_len), src_len, tgt_in)
+
+
+class CausalLM(nn.Module):
+    """Decoder-only language model from the same blocks: tokens (B, T) -> logits (B, T, V)."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, tokens: Array) -> Array:
+        cfg = self.config
+        embed = Embed(cfg.tgt_vocab_size, cfg, name="embed")
+        hidden = Decoder(cfg, embed=embed, name="decoder")(tokens)
+        tied = embed if cfg.tie_output else None
+        return OutputProjection(cfg, cfg.tgt_vocab_size, embed=tied, name="output")(hidden)

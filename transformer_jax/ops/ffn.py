@@ -1,0 +1,52 @@
+"""Position-wise feed-forward network (Vaswani et al. 2017, eq. 2; d2l §11.7.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.ops.dropout import dropout
+
+Array = jnp.ndarray
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": jax.nn.relu,
+    # The exact erf form, as in BERT; the tanh approximation is a separate choice.
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+}
+
+
+def position_wise_ffn(
+    x: Array,
+    w1: Array,
+    b1: Array | None,
+    w2: Array,
+    b2: Array | None,
+    *,
+    activation: str = "relu",
+    dropout_rate: float = 0.0,
+    dropout_rng: jax.Array | None = None,
+    deterministic: bool = True,
+) -> Array:
+    """dense → activation → dropout → dense, applied to every position alike.
+
+    Args:
+      x: (B, T, D).
+      w1: (D, F), b1: (F,), w2: (F, D), b2: (D,).
+
+    Returns:
+      (B, T, D).
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
+    h = jnp.einsum("BTD,DF->BTF", x, w1)  # (B, T, F)
+    if b1 is not None:
+        h = h + b1
+    h = ACTIVATIONS[activation](h)
+    h = dropout(h, dropout_rate, dropout_rng, deterministic)
+    y = jnp.einsum("BTF,FD->BTD", h, w2)  # (B, T, D)
+    if b2 is not None:
+        y = y + b2
+    return y
