@@ -1,0 +1,216 @@
+"""Device-ready batches: a resumable, shuffled, optionally bucketed train iterator, and eval
+batches in fixed order.
+
+Every batch is a dict of numpy arrays shaped for a pmapped step, D = local devices and
+B_dev = global_batch / (process_count * D):
+  src int32 (D, B_dev, S), src_len int32 (D, B_dev), tgt_in / tgt_out int32 (D, B_dev, T),
+  tgt_weight float32 (D, B_dev, T).
+
+Multi-host: every process computes the same global order from the seed and takes its own
+contiguous slice of each global batch, so the union over processes is exactly the global
+batch, and 2 processes x 1 device see what 1 process x 2 devices sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from transformer_jax.data import bucketing
+from transformer_jax.data.encoding import EncodedPairs, make_batch, shard_for_devices
+from transformer_jax.data.vocab import BOS_ID, EOS_ID
+
+_STATE_VERSION = 1
+
+
+def _check_layout(global_batch: int, num_devices: int, process_index: int, process_count: int):
+    if not 0 <= process_index < process_count:
+        raise ValueError(
+            f"process_index={process_index} not in [0, process_count={process_count})."
+        )
+    if global_batch % (process_count * num_devices):
+        raise ValueError(
+            f"global batch {global_batch} is not divisible by process_count * devices = "
+            f"{process_count} * {num_devices}; change data.batch_size."
+        )
+    return global_batch // process_count
+
+
+class TrainIterator:
+    """Infinite iterator over epochs of training batches; see the module docstring for shapes.
+
+    Epoch e is a permutation from `np.random.default_rng([seed, e])`, so any epoch can be
+    recomputed from (seed, epoch) alone: the state is just (epoch, position).
+    Without bucketing, consecutive chunks of the permutation are batches padded to the maximum
+    lengths. With bucketing, the permuted examples are grouped by bucket, chunked, the leftovers
+    of all buckets chunked together (padded to their largest bucket), and the batch order is
+    shuffled. Examples that do not fill a last global batch are dropped for that epoch only
+    (a different subset each epoch), which keeps every shape fixed.
+    """
+
+    def __init__(
+        self,
+        encoded: EncodedPairs,
+        *,
+        global_batch: int,
+        num_devices: int,
+        process_index: int = 0,
+        process_count: int = 1,
+        seed: int = 0,
+        bucket_boundaries: Sequence[int] | None = None,
+    ):
+        self._process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
+        if len(encoded) < global_batch:
+            raise ValueError(
+                f"the training split has {len(encoded)} examples, fewer than one global batch "
+                f"({global_batch}); lower data.batch_size or use a larger data.train_split."
+            )
+        self._encoded = encoded
+        self._global_batch = global_batch
+        self._num_devices = num_devices
+        self._process_index = process_index
+        self._seed = int(seed)
+        self._max_src = encoded.src.shape[1]
+        self._max_tgt = encoded.tgt.shape[1]
+        self._boundaries = tuple(bucket_boundaries) if bucket_boundaries else None
+        self._buckets = (
+            bucketing.bucket_ids(encoded, self._boundaries) if self._boundaries else None
+        )
+        self._epoch = 0
+        self._position = 0
+        self._plan: list[tuple[np.ndarray, int]] | None = None  # the current epoch's batches
+
+    # -- epoch plans --------------------------------------------------------------------------
+
+    def _epoch_plan(self, epoch: int) -> list[tuple[np.ndarray, int]]:
+        """[(global indices (global_batch,), padded length)] for one epoch."""
+        rng = np.random.default_rng([self._seed, epoch])
+        order = rng.permutation(len(self._encoded))
+        gb = self._global_batch
+        if self._boundaries is None:
+            full = len(order) // gb * gb
+            return [(chunk, -1) for chunk in order[:full].reshape(-1, gb)]
+        plan, leftovers = [], []
+        buckets = self._buckets[order]
+        for b in range(len(self._boundaries)):
+            members = order[buckets == b]  # still in permuted order
+            full = len(members) // gb * gb
+            plan.extend((chunk, b) for chunk in members[:full].reshape(-1, gb))
+            leftovers.append(members[full:])
+        rest = np.concatenate(leftovers)  # grouped by bucket: neighbours have similar lengths
+        full = len(rest) // gb * gb
+        for chunk in rest[:full].reshape(-1, gb):
+            plan.append((chunk, int(self._buckets[chunk].max())))
+        return [plan[i] for i in rng.permutation(len(plan))]
+
+    def _widths(self, bucket: int) -> tuple[int, int]:
+        if bucket < 0:
+            return self._max_src, self._max_tgt
+        boundary = self._boundaries[bucket]
+        return min(boundary, self._max_src), min(boundary, self._max_tgt)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self._current_plan())
+
+    def _current_plan(self) -> list[tuple[np.ndarray, int]]:
+        if self._plan is None:
+            self._plan = self._epoch_plan(self._epoch)
+        return self._plan
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def __iter__(self) -> TrainIterator:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        plan = self._current_plan()
+        if self._position >= len(plan):
+            self._epoch += 1
+            self._position = 0
+            self._plan = None
+            plan = self._current_plan()
+        indices, bucket = plan[self._position]
+        self._position += 1
+        start = self._process_index * self._process_batch
+        mine = indices[start : start + self._process_batch]
+        batch = make_batch(self._encoded, mine, *self._widths(bucket))
+        return shard_for_devices(batch, self._num_devices)
+
+    def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
+        """The batches of one whole epoch, without moving the iterator (for reports)."""
+        probe = TrainIterator.__new__(TrainIterator)
+        probe.__dict__.update(self.__dict__)
+        probe._epoch, probe._position, probe._plan = epoch, 0, None
+        for _ in range(probe.batches_per_epoch):
+            yield next(probe)
+
+    # -- checkpointing ------------------------------------------------------------------------
+
+    def get_state(self) -> dict:
+        """JSON-able position: enough to continue exactly where this iterator is."""
+        return {
+            "version": _STATE_VERSION,
+            "epoch": self._epoch,
+            "position": self._position,
+            "seed": self._seed,
+            "num_examples": len(self._encoded),
+            "global_batch": self._global_batch,
+            "bucket_boundaries": list(self._boundaries) if self._boundaries else None,
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Restores `get_state()`; refuses a state from a different data setup."""
+        mine = self.get_state()
+        for key in ("version", "seed", "num_examples", "global_batch", "bucket_boundaries"):
+            if state.get(key) != mine[key]:
+                raise ValueError(
+                    f"iterator state was saved with {key}={state.get(key)!r} but this pipeline "
+                    f"has {key}={mine[key]!r}; resume with the data config of the checkpointed "
+                    "run (or start a fresh run)."
+                )
+        self._epoch = int(state["epoch"])
+        self._position = int(state["position"])
+        self._plan = None
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+
+def eval_batches(
+    encoded: EncodedPairs,
+    *,
+    global_batch: int,
+    num_devices: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Batches over all examples in stored order, always padded to the maximum lengths.
+
+    The last batch is filled with dummy examples of zero weight, so every real example counts
+    exactly once and every batch has the same shape. Besides the train keys, an `index` int32
+    (D, B_dev) gives each row's example index (-1 for the dummies), to pair outputs with
+    references (e.g. for BLEU). Dummies have src = <eos>, src_len 1, tgt_in = <bos>: no row is
+    fully masked, so attention never normalises over nothing.
+    """
+    process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
+    n = len(encoded)
+    num_batches = -(-n // global_batch)
+    src_width, tgt_width = encoded.src.shape[1], encoded.tgt.shape[1]
+    for b in range(num_batches):
+        index = np.arange(b * global_batch, (b + 1) * global_batch)
+        start = process_index * process_batch
+        index = index[start : start + process_batch]
+        real = index < n
+        batch = make_batch(encoded, np.where(real, index, 0), src_width, tgt_width)
+        batch["src"][~real] = 0
+        batch["src"][~real, 0] = EOS_ID
+        batch["src_len"][~real] = 1
+        batch["tgt_in"][~real] = 0
+        batch["tgt_in"][~real, 0] = BOS_ID
+        batch["tgt_out"][~real] = 0
+        batch["tgt_weight"][~real] = 0.0
+        batch["index"] = np.where(real, index, -1).astype(np.int32)
+        yield shard_for_devices(batch, num_devices)

@@ -1,0 +1,132 @@
+"""The data config: every knob of the input pipeline, with its default for the fra-eng run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_collections
+
+from transformer_jax.data import splitting
+
+# transformer_jax/data/config.py -> repository root. Not the cwd: tests and scripts run anywhere.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_ZIP = (REPO_ROOT / ".." / "shared" / "data" / "fra-eng.zip").resolve()
+DEFAULT_DATA_DIR = REPO_ROOT / "data" / "tfds"  # git-ignored (`/data/` in .gitignore)
+
+TOKENIZERS = ("word", "sentencepiece")
+SP_MODEL_TYPES = ("unigram", "bpe")
+FRA_ENG = "fra_eng"
+
+
+def data_config() -> ml_collections.ConfigDict:
+    """Default data config for the fra-eng (English -> French) run."""
+    c = ml_collections.ConfigDict()
+    # Dataset: "fra_eng" (the d2l corpus, built by our TFDS builder) or any TFDS translation
+    # dataset name with config, e.g. "wmt14_translate/de-en", "ted_hrlr_translate/pt_to_en".
+    c.name = FRA_ENG
+    # Feature keys of source and target; fra_eng has "en" and "fr" (the book translates en->fr).
+    c.source_lang = "en"
+    c.target_lang = "fr"
+    # The book's preprocessing (lowercase, punctuation spacing) for datasets other than fra_eng
+    # (which is always stored preprocessed). Off: only strip surrounding whitespace.
+    c.book_preprocessing = False
+    # fra_eng only: local zip. Default: the shared copy if present, else "" = look in the TFDS
+    # manual dir, then download from `url`.
+    c.zip_path = str(SHARED_ZIP) if SHARED_ZIP.is_file() else ""
+    # fra_eng only: download URL ("" = never download).
+    c.url = "http://d2l-data.s3-accelerate.amazonaws.com/fra-eng.zip"
+    # fra_eng only: if set, the zip (local or downloaded) must have this sha256; "" = downloads
+    # must match a known digest of the d2l file and local files are taken as they are.
+    c.zip_sha256 = ""
+    # Where TFDS builds and reads datasets; tokenizers are cached in `<data_dir>/tokenizers`.
+    # Project-local and git-ignored, so runs never depend on ~/tensorflow_datasets.
+    c.data_dir = str(DEFAULT_DATA_DIR)
+    # TFDS split strings (slicing allowed). fra_eng also has "full" (all pairs in file order):
+    # the book's parity mode is train_split="full[:600]" (d2l load_data_nmt, num_examples=600).
+    c.train_split = "train"
+    c.eval_split = "validation"
+    c.test_split = "test"
+    # fra_eng only: split by hash of the English sentence (see splitting.py).
+    c.validation_fraction = 0.05
+    c.test_fraction = 0.05
+    c.split_seed = 0
+    # "word" (the book's Vocab: split on spaces, min_freq) or "sentencepiece" (default).
+    c.tokenizer = "sentencepiece"
+    # SentencePiece vocabulary size (per side unless shared), including the 4 special tokens.
+    c.vocab_size = 8000
+    c.sp_model_type = "unigram"  # "unigram" | "bpe"
+    # One vocabulary for both sides (one tokenizer object) or one per side. Shared by default:
+    # the English side of fra-eng alone is too small for an 8000-piece unigram model.
+    c.shared_vocab = True
+    # Word tokenizer: tokens seen fewer times in training become <unk> (the book uses 2).
+    c.min_freq = 2
+    # The book's num_steps, per side: tokens + <eos> are truncated/padded to these lengths.
+    c.max_src_len = 32
+    c.max_tgt_len = 32
+    # GLOBAL batch size in examples, split over process_count * local devices.
+    c.batch_size = 128
+    # Length bucketing for training batches (pads to the smallest boundary that fits).
+    c.bucketing = True
+    # Padded lengths used with bucketing; () = every `bucket_step` tokens up to the max length.
+    # A small fixed set, so a jitted step compiles once per boundary only.
+    c.bucket_boundaries = ()
+    c.bucket_step = 8
+    c.shuffle_seed = 0
+    # Evaluate on the first n examples of the eval split; 0 = all.
+    c.num_eval_examples = 0
+    return c
+
+
+def validate_data_config(
+    cfg: ml_collections.ConfigDict, *, num_devices: int = 1, process_count: int = 1
+) -> None:
+    """Raises ValueError naming the bad value and the valid choices."""
+    expected = set(data_config().keys())
+    unknown = set(cfg.keys()) - expected
+    missing = expected - set(cfg.keys())
+    if unknown or missing:
+        raise ValueError(
+            f"data config keys: unknown {sorted(unknown)}, missing {sorted(missing)}; "
+            f"valid keys are {sorted(expected)}."
+        )
+    if cfg.tokenizer not in TOKENIZERS:
+        raise ValueError(f"data.tokenizer={cfg.tokenizer!r}; choose one of {TOKENIZERS}.")
+    if cfg.sp_model_type not in SP_MODEL_TYPES:
+        raise ValueError(
+            f"data.sp_model_type={cfg.sp_model_type!r}; choose one of {SP_MODEL_TYPES}."
+        )
+    for key in ("max_src_len", "max_tgt_len"):
+        if cfg[key] < 2:
+            raise ValueError(
+                f"data.{key}={cfg[key]} is too short: a sequence needs a token and <eos>; use >= 2."
+            )
+    if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 16:
+        raise ValueError(f"data.vocab_size={cfg.vocab_size} is too small; use e.g. 8000.")
+    if cfg.min_freq < 1:
+        raise ValueError(f"data.min_freq={cfg.min_freq} must be >= 1 (the book uses 2).")
+    shards = process_count * num_devices
+    if cfg.batch_size <= 0 or cfg.batch_size % shards:
+        raise ValueError(
+            f"data.batch_size={cfg.batch_size} must be a positive multiple of process_count * "
+            f"devices = {process_count} * {num_devices} = {shards}; e.g. "
+            f"{max(shards, cfg.batch_size // shards * shards)}."
+        )
+    if cfg.bucketing:
+        boundaries = list(cfg.bucket_boundaries)
+        if boundaries != sorted(set(boundaries)) or (boundaries and boundaries[0] < 2):
+            raise ValueError(
+                f"data.bucket_boundaries={tuple(boundaries)} must be strictly increasing and >= 2."
+            )
+        if not boundaries and cfg.bucket_step < 1:
+            raise ValueError(f"data.bucket_step={cfg.bucket_step} must be >= 1.")
+    if cfg.num_eval_examples < 0:
+        raise ValueError(f"data.num_eval_examples={cfg.num_eval_examples}; use 0 (all) or n > 0.")
+    if cfg.name == FRA_ENG:
+        if (cfg.source_lang, cfg.target_lang) not in (("en", "fr"), ("fr", "en")):
+            raise ValueError(
+                f"fra_eng has languages 'en' and 'fr', got source_lang={cfg.source_lang!r}, "
+                f"target_lang={cfg.target_lang!r}."
+            )
+        splitting.check_fractions(cfg.validation_fraction, cfg.test_fraction)
+    elif cfg.source_lang == cfg.target_lang:
+        raise ValueError(f"data.source_lang and data.target_lang are both {cfg.source_lang!r}.")
