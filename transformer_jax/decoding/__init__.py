@@ -1,0 +1,55 @@
+"""Greedy and beam search over the decoder's cache (pure functions), and text translation."""
+
+from transformer_jax.decoding.model_decode import (
+    beam_decode,
+    greedy_decode,
+    local_mesh,
+    sharded_decoder,
+)
+from transformer_jax.decoding.search import (
+    BeamResult,
+    beam_search,
+    gather_rows,
+    greedy_search,
+    length_penalty,
+    tile_beams,
+)
+from transformer_jax.decoding.steps import (
+    cached_step,
+    encode,
+    init_cache,
+    recompute_state,
+    recompute_step,
+)
+from transformer_jax.decoding.translate import (
+    AttentionMaps,
+    DecodingWarning,
+    attention_weights,
+    decode_ids,
+    source_ids,
+    translate,
+)
+
+__all__ = [
+    "AttentionMaps",
+    "BeamResult",
+    "DecodingWarning",
+    "attention_weights",
+    "beam_decode",
+    "beam_search",
+    "cached_step",
+    "decode_ids",
+    "encode",
+    "gather_rows",
+    "greedy_decode",
+    "greedy_search",
+    "init_cache",
+    "length_penalty",
+    "local_mesh",
+    "recompute_state",
+    "recompute_step",
+    "sharded_decoder",
+    "source_ids",
+    "tile_beams",
+    "translate",
+]

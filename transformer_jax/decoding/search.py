@@ -1,0 +1,178 @@
+"""Greedy and beam search as pure functions of a step function (d2l §10.8, Wu et al. 2016).
+
+A *step function* feeds one token per row and returns the next-token logits:
+
+    step_fn(tokens (N,) int32, state) -> (logits (N, V), new_state)
+
+`state` is any pytree (the decoder's key/value cache, or a prefix buffer for decoding by full
+recomputation). Leaves with a leading axis of N rows are per-row; scalar leaves (cache and
+position indices) are shared. Beam search flattens beams into rows, N = B·W, and reorders the
+state by gathering along axis 0 of every non-scalar leaf.
+
+Both searches are written for `jax.jit`: the whole loop is one `lax.while_loop` with fixed
+shapes, no host syncs per token, and it exits as soon as every row is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+Array = jnp.ndarray
+StepFn = Callable[[Array, Any], tuple[Array, Any]]
+
+NEG_INF = -jnp.inf
+
+
+def length_penalty(length: Array | int, alpha: Array | float) -> Array:
+    """GNMT's length penalty lp(len) = ((5 + len) / 6)^α (Wu et al. 2016, eq. 14).
+
+    A hypothesis scores log P / lp(len); α = 0 ranks by log-probability alone, larger α
+    favours longer outputs.
+    """
+    return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def greedy_search(
+    step_fn: StepFn,
+    state: Any,
+    batch_size: int,
+    max_len: int,
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
+) -> Array:
+    """Feed `<bos>`, then always the arg-max token, until `<eos>` or `max_len` tokens.
+
+    Args:
+      step_fn: (tokens (B,), state) -> (logits (B, V), state).
+      state: initial step-function state for B rows.
+      batch_size: B.
+      max_len: L, the most tokens generated per row (`<eos>` included).
+
+    Returns:
+      (B, L) int32 generated ids: `<eos>` is kept, positions after it hold `<pad>`.
+    """
+    tokens = jnp.full((batch_size, max_len), pad_id, jnp.int32)  # (B, L)
+    last = jnp.full((batch_size,), bos_id, jnp.int32)  # (B,)
+    finished = jnp.zeros((batch_size,), bool)  # (B,)
+
+    def cond(carry):
+        i, _, _, finished, _ = carry
+        return (i < max_len) & ~jnp.all(finished)
+
+    def body(carry):
+        i, last, tokens, finished, state = carry
+        logits, state = step_fn(last, state)  # (B, V)
+        # Rows that are done keep emitting <pad>; the model still runs on them (fixed shapes).
+        nxt = jnp.where(finished, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))
+        tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (0, i))
+        finished = finished | (nxt == eos_id)
+        return i + 1, nxt, tokens, finished, state
+
+    carry = (jnp.array(0, jnp.int32), last, tokens, finished, state)
+    return jax.lax.while_loop(cond, body, carry)[2]
+
+
+class BeamResult(NamedTuple):
+    """n-best output of `beam_search`, best first.
+
+    tokens: (B, W, L) int32, each hypothesis ends with `<eos>` (or is cut at L), then `<pad>`.
+    scores: (B, W) float32 log P / lp(len); -inf marks an empty slot (fewer than W outputs).
+    """
+
+    tokens: Array
+    scores: Array
+
+
+def tile_beams(x: Array, beam_size: int) -> Array:
+    """(B, ...) -> (B·W, ...), each row repeated W times (row b·W + w is beam w of b)."""
+    return jnp.repeat(x, beam_size, axis=0)
+
+
+def gather_rows(state: Any, rows: Array) -> Any:
+    """Reorder every non-scalar leaf of `state` along axis 0: leaf[rows]. Scalars are shared."""
+    return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0), state)
+
+
+def beam_search(
+    step_fn: StepFn,
+    state: Any,
+    batch_size: int,
+    beam_size: int,
+    max_len: int,
+    *,
+    alpha: float | Array = 0.6,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
+) -> BeamResult:
+    """Beam search with the GNMT length penalty and n-best output.
+
+    Each step extends the live hypotheses by every token and keeps the W most probable
+    extensions (by log P). Those that end in `<eos>` move to the finished set, scored
+    log P / lp(len) with len counting `<eos>`; the others stay live. At step L every kept
+    extension is finished (cut at the maximum length). So with W = 1 this is exactly greedy
+    search. The loop stops early once no live hypothesis can still enter the W best finished
+    ones: log P only falls as a hypothesis grows, so its best reachable score is
+    log P / lp(L) for α ≥ 0.
+
+    Args:
+      step_fn: (tokens (B·W,), state) -> (logits (B·W, V), state).
+      state: initial state for B·W rows, beam-major within each example (see `tile_beams`).
+      batch_size: B.
+      beam_size: W.
+      max_len: L, the most tokens generated per hypothesis (`<eos>` included).
+      alpha: α ≥ 0 of the length penalty.
+
+    Returns:
+      BeamResult with tokens (B, W, L) and scores (B, W), best first.
+    """
+    b, w, length = batch_size, beam_size, max_len
+    alpha = jnp.asarray(alpha, jnp.float32)
+    # Only beam 0 is live at the start, so the first step does not pick W copies of one token.
+    live_logp = jnp.where(jnp.arange(w) == 0, 0.0, NEG_INF) * jnp.ones((b, 1))  # (B, W)
+    live_seqs = jnp.full((b, w, length), pad_id, jnp.int32)  # (B, W, L)
+    last = jnp.full((b, w), bos_id, jnp.int32)  # (B, W)
+    fin_scores = jnp.full((b, w), NEG_INF, jnp.float32)  # (B, W)
+    fin_seqs = jnp.full((b, w, length), pad_id, jnp.int32)  # (B, W, L)
+    best_bound_divisor = length_penalty(length, alpha)
+
+    def cond(carry):
+        i, live_logp, _, _, fin_scores, _, _ = carry
+        best_reachable = jnp.max(live_logp, axis=1) / best_bound_divisor  # (B,)
+        worst_finished = jnp.min(fin_scores, axis=1)  # (B,), -inf until W have finished
+        return (i < length) & jnp.any(best_reachable > worst_finished)
+
+    def body(carry):
+        i, live_logp, live_seqs, last, fin_scores, fin_seqs, state = carry
+        logits, state = step_fn(last.reshape(b * w), state)  # (B·W, V)
+        vocab = logits.shape[-1]
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, w, vocab)
+        cand = (live_logp[:, :, None] + logp).reshape(b, w * vocab)  # (B, W·V)
+        top_logp, top_idx = jax.lax.top_k(cand, w)  # (B, W)
+        top_beam, top_tok = top_idx // vocab, (top_idx % vocab).astype(jnp.int32)  # (B, W)
+        seqs = jnp.take_along_axis(live_seqs, top_beam[:, :, None], axis=1)  # (B, W, L)
+        seqs = jax.lax.dynamic_update_slice(seqs, top_tok[:, :, None], (0, 0, i))
+
+        ends = (top_tok == eos_id) | (i == length - 1)  # (B, W)
+        new_scores = jnp.where(ends, top_logp / length_penalty(i + 1, alpha), NEG_INF)
+        all_scores = jnp.concatenate([fin_scores, new_scores], axis=1)  # (B, 2W)
+        all_seqs = jnp.concatenate([fin_seqs, seqs], axis=1)  # (B, 2W, L)
+        fin_scores, pick = jax.lax.top_k(all_scores, w)  # (B, W)
+        fin_seqs = jnp.take_along_axis(all_seqs, pick[:, :, None], axis=1)  # (B, W, L)
+
+        live_logp = jnp.where(ends, NEG_INF, top_logp)  # (B, W)
+        rows = (jnp.arange(b)[:, None] * w + top_beam).reshape(b * w)  # (B·W,)
+        state = gather_rows(state, rows)
+        return i + 1, live_logp, seqs, top_tok, fin_scores, fin_seqs, state
+
+    carry = (jnp.array(0, jnp.int32), live_logp, live_seqs, last, fin_scores, fin_seqs, state)
+    carry = jax.lax.while_loop(cond, body, carry)
+    return BeamResult(tokens=carry[5], scores=carry[4])

@@ -1,0 +1,92 @@
+"""Step functions over a `Transformer`: with the key/value cache, or by full recomputation.
+
+Both have the signature of `search.StepFn`, so the same greedy and beam search run on either.
+The cached step is the fast one; the recomputing step runs the whole decoder over the prefix
+at every step (O(T²) work) and is the reference the cache is tested against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.nn import ModelConfig, Transformer
+
+Array = jnp.ndarray
+
+
+def check_decode_len(config: ModelConfig, max_decode_len: int) -> None:
+    """Raise if L generated tokens would need positions beyond `config.max_len`."""
+    if not isinstance(max_decode_len, int) or max_decode_len < 1:
+        raise ValueError(f"max_decode_len must be an integer >= 1, got {max_decode_len!r}.")
+    if max_decode_len > config.max_len:
+        raise ValueError(
+            f"max_decode_len={max_decode_len} exceeds model.max_len={config.max_len}: the "
+            "decoder has no positions beyond it. Lower max_decode_len."
+        )
+
+
+def encode(config: ModelConfig, params: Any, src: Array, src_len: Array) -> Array:
+    """src (B, S), src_len (B,) -> memory (B, S, D) with the deterministic encoder."""
+    model = Transformer(config.replace(deterministic=True, decode=False))
+    return model.apply({"params": params}, src, src_len, method="encode")
+
+
+def init_cache(config: ModelConfig, memory: Array, src_len: Array, max_decode_len: int) -> Any:
+    """A zero cache for `memory.shape[0]` rows and L = max_decode_len positions.
+
+    Shapes come from `jax.eval_shape` of the decode-mode `init`, so no parameters are
+    created or computed; the cache starts at zeros with both indices at 0.
+    """
+    batch = memory.shape[0]
+    model = Transformer(config.replace(deterministic=True, decode=True))
+    tgt = jnp.zeros((batch, max_decode_len), jnp.int32)  # (B, L) sizes the cache
+    src = jnp.zeros(memory.shape[:2], jnp.int32)  # (B, S)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), src, src_len, tgt))["cache"]
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def cached_step(config: ModelConfig, params: Any, memory: Array, src_len: Array):
+    """Step function feeding one token per row through the decode-mode decoder.
+
+    State: the `cache` collection (per layer `cached_key`/`cached_value` (N, H, L, K) and a
+    scalar `cache_index`; a scalar `position_index`). memory (N, S, D), src_len (N,).
+    """
+    model = Transformer(config.replace(deterministic=True, decode=True))
+
+    def step(tokens: Array, cache: Any) -> tuple[Array, Any]:
+        logits, mutated = model.apply(
+            {"params": params, "cache": cache},
+            memory,
+            src_len,
+            tokens[:, None],  # (N, 1)
+            method="decode",
+            mutable=["cache"],
+        )  # (N, 1, V)
+        return logits[:, 0], mutated["cache"]
+
+    return step
+
+
+def recompute_step(config: ModelConfig, params: Any, memory: Array, src_len: Array):
+    """Step function that reruns the full (causal) decoder over the whole prefix.
+
+    State: (prefix (N, L) int32, index () int32). Position i's logits depend only on
+    prefix[:, :i + 1] (causal mask), so the unwritten tail of the buffer does not matter.
+    """
+    model = Transformer(config.replace(deterministic=True, decode=False))
+
+    def step(tokens: Array, state: tuple[Array, Array]) -> tuple[Array, Any]:
+        prefix, i = state
+        prefix = jax.lax.dynamic_update_slice(prefix, tokens[:, None], (0, i))  # (N, L)
+        logits = model.apply({"params": params}, memory, src_len, prefix, method="decode")
+        return jax.lax.dynamic_index_in_dim(logits, i, axis=1, keepdims=False), (prefix, i + 1)
+
+    return step
+
+
+def recompute_state(batch: int, max_decode_len: int) -> tuple[Array, Array]:
+    """Initial state of `recompute_step`: an all-<pad> prefix buffer and index 0."""
+    return jnp.zeros((batch, max_decode_len), jnp.int32), jnp.array(0, jnp.int32)
