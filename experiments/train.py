@@ -1,0 +1,44 @@
+r"""Train (or resume) a model: parses flags, then calls `training.train_and_evaluate`.
+
+    python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
+    python -m experiments.train --config=configs/fra_eng.py:d2l --workdir=runs/d2l \
+        --config.num_epochs=100
+
+Kept short on purpose (Flax WMT `main.py` style): all logic lives in `transformer_jax`,
+where it is importable and tested. Multi-host: start one process per host with
+`--coordinator_address=host:port --num_processes=N --process_id=i`.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from transformer_jax.training import distributed
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", None, "Run config file, e.g. configs/fra_eng.py:d2l.", lock_config=True
+)
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the config.")
+flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (multi-host only).")
+flags.DEFINE_integer("num_processes", 1, "Number of processes (multi-host only).")
+flags.DEFINE_integer("process_id", 0, "This process's index (multi-host only).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    from transformer_jax import training  # after distributed.initialize: it touches devices
+    from transformer_jax.training.metrics import quiet_library_logs
+
+    quiet_library_logs()
+
+    logging.info("Config:\n%s", FLAGS.config)
+    training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+
+
+if __name__ == "__main__":
+    app.run(main)

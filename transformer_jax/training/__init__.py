@@ -1,0 +1,45 @@
+"""Training: losses, optimizer, the per-device steps and their mapping, checkpoints, metrics,
+and the `train_and_evaluate` loop.
+
+    from transformer_jax import training
+    training.train_and_evaluate(config, workdir)
+    bundle = training.load_for_inference(workdir)   # params, tokenizers, model config
+"""
+
+from transformer_jax.training.checkpoints import (
+    InferenceBundle,
+    NoCheckpointError,
+    load_for_inference,
+)
+from transformer_jax.training.config import (
+    resolve_num_train_steps,
+    training_defaults,
+    validate_config,
+)
+from transformer_jax.training.losses import smoothed_cross_entropy, weighted_loss_sums
+from transformer_jax.training.optimizer import make_optimizer, paper_schedule
+from transformer_jax.training.parallel import DataParallel
+from transformer_jax.training.state import TrainState, create_train_state, model_config_from
+from transformer_jax.training.step import eval_step, train_step
+from transformer_jax.training.train import NonFiniteLossError, train_and_evaluate
+
+__all__ = [
+    "DataParallel",
+    "InferenceBundle",
+    "NoCheckpointError",
+    "NonFiniteLossError",
+    "TrainState",
+    "create_train_state",
+    "eval_step",
+    "load_for_inference",
+    "make_optimizer",
+    "model_config_from",
+    "paper_schedule",
+    "resolve_num_train_steps",
+    "smoothed_cross_entropy",
+    "train_and_evaluate",
+    "train_step",
+    "training_defaults",
+    "validate_config",
+    "weighted_loss_sums",
+]

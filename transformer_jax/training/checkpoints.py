@@ -1,0 +1,248 @@
+"""Orbax checkpoints in the workdir, the workdir layout, and loading a run for inference.
+
+Workdir layout (everything a run needs to resume or translate):
+
+    <workdir>/config.json          the resolved run config (ConfigDict JSON)
+    <workdir>/tokenizer/source/    source tokenizer (`transformer_jax.data.save_tokenizers`)
+    <workdir>/tokenizer/target/    target tokenizer
+    <workdir>/checkpoints/<step>/  orbax: `state` (TrainState: step, params, opt_state, rng;
+                                   host numpy), `data` (train iterator position, JSON),
+                                   `meta` (vocabulary sizes and fingerprints, JSON)
+    <workdir>/metrics.jsonl        one JSON object per logged/evaluated step
+    <workdir>/tensorboard/         TensorBoard event files (tensorboardX)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from jax.experimental import multihost_utils
+
+from transformer_jax.nn import ModelConfig
+
+CONFIG_FILE = "config.json"
+TOKENIZER_DIR = "tokenizer"
+CHECKPOINT_DIR = "checkpoints"
+CORRUPT_DIR = "checkpoints_corrupt"
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+TRAIN_COMMAND = "python -m experiments.train --config=configs/fra_eng.py --workdir={workdir}"
+
+
+class NoCheckpointError(FileNotFoundError):
+    """The workdir has no (readable) checkpoint."""
+
+
+@dataclasses.dataclass
+class InferenceBundle:
+    """A trained model ready to translate.
+
+    Use as `Transformer(bundle.model_config).apply({"params": bundle.params}, ...)`.
+    """
+
+    config: ml_collections.ConfigDict
+    model_config: ModelConfig  # deterministic=True
+    params: Any  # unreplicated host (numpy) pytree
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+    step: int
+
+
+# --- config and tokenizers ----------------------------------------------------------------
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+    path = Path(workdir) / CONFIG_FILE
+    path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_json_default))
+
+
+def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
+    path = Path(workdir) / CONFIG_FILE
+    if not path.is_file():
+        raise NoCheckpointError(
+            f"{path} not found: {workdir} is not a training workdir. Create one with: "
+            + TRAIN_COMMAND.format(workdir=workdir)
+        )
+    return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value)
+
+
+def vocabulary_meta(src_tokenizer: Any, tgt_tokenizer: Any) -> dict[str, Any]:
+    """What a checkpoint records about its vocabularies, to refuse a mismatched tokenizer."""
+    return {
+        "tokenizer": src_tokenizer.kind,
+        "src_vocab_size": src_tokenizer.vocab_size,
+        "tgt_vocab_size": tgt_tokenizer.vocab_size,
+        "src_fingerprint": src_tokenizer.fingerprint,
+        "tgt_fingerprint": tgt_tokenizer.fingerprint,
+    }
+
+
+def check_vocabulary_meta(meta: dict[str, Any], src_tokenizer: Any, tgt_tokenizer: Any) -> None:
+    """Raises `VocabularyMismatchError` if the tokenizers are not the checkpoint's."""
+    from transformer_jax.data import check_vocabulary
+
+    check_vocabulary(src_tokenizer, meta["src_fingerprint"], meta["src_vocab_size"], what="source")
+    check_vocabulary(tgt_tokenizer, meta["tgt_fingerprint"], meta["tgt_vocab_size"], what="target")
+
+
+# --- the checkpoint manager ---------------------------------------------------------------
+
+
+def make_manager(
+    workdir: str | Path, *, keep: int, read_only: bool = False
+) -> ocp.CheckpointManager:
+    """An orbax manager over `<workdir>/checkpoints`, keeping the last `keep` steps."""
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep,
+        create=not read_only,
+        read_only=read_only,
+        cleanup_tmp_directories=not read_only,  # half-written saves of a killed run
+    )
+    return ocp.CheckpointManager(
+        Path(workdir).absolute() / CHECKPOINT_DIR,
+        options=options,
+        item_names=("state", "data", "meta"),
+    )
+
+
+def save_checkpoint(
+    manager: ocp.CheckpointManager, state: Any, data_state: dict, meta: dict
+) -> None:
+    """Saves a host (numpy) TrainState with the data position; written asynchronously.
+
+    Every process calls this (orbax synchronises them); numpy leaves are written by process 0.
+    """
+    step = int(state.step)
+    manager.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=ocp.args.JsonSave(data_state),
+            meta=ocp.args.JsonSave({**meta, "step": step}),
+        ),
+        force=True,
+    )
+
+
+def abstract_tree(tree: Any) -> Any:
+    """ShapeDtypeStructs (no memory) for a pytree of arrays or of ShapeDtypeStructs."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), tree)
+
+
+def _restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any):
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            data=ocp.args.JsonRestore(),
+            meta=ocp.args.JsonRestore(),
+        ),
+    )
+    return restored.state, restored.data, restored.meta
+
+
+def restore_latest(
+    manager: ocp.CheckpointManager, abstract_state: Any, *, quarantine: bool = True
+) -> tuple[Any, dict, dict] | None:
+    """(state, data_state, meta) of the newest readable checkpoint, or None if there is none.
+
+    An unreadable checkpoint is reported and the previous one used; with `quarantine` the bad
+    directory is moved to `<workdir>/checkpoints_corrupt/` so that the resumed run can save
+    that step again.
+    """
+    steps = sorted(manager.all_steps(), reverse=True)
+    for step in steps:
+        try:
+            return _restore(manager, step, abstract_state)
+        except Exception as error:  # orbax raises many types for a damaged directory
+            directory = Path(manager.directory) / str(step)
+            logging.error(
+                "Checkpoint %s is corrupt or unreadable (%s: %s); falling back to the previous "
+                "one.",
+                directory,
+                type(error).__name__,
+                str(error)[:500],
+            )
+            if quarantine:
+                _quarantine(manager, directory)
+    return None
+
+
+def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> None:
+    if jax.process_index() == 0 and directory.exists():
+        target = directory.parent.parent / CORRUPT_DIR / f"{directory.name}-{int(time.time())}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(directory), str(target))
+        logging.error("Moved the corrupt checkpoint to %s.", target)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"quarantine {directory}")
+    manager.reload()
+
+
+# --- inference ----------------------------------------------------------------------------
+
+
+def load_for_inference(workdir: str | Path, step: int | None = None) -> InferenceBundle:
+    """The config, tokenizers and params of a training run (latest or given step)."""
+    from transformer_jax.data import load_tokenizers
+    from transformer_jax.training.optimizer import make_optimizer
+    from transformer_jax.training.state import abstract_train_state, model_config_from
+
+    workdir = Path(workdir)
+    config = load_config(workdir)
+    checkpoint_dir = workdir.absolute() / CHECKPOINT_DIR
+    if not checkpoint_dir.is_dir():
+        raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
+    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / TOKENIZER_DIR)
+    model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    tx, _ = make_optimizer(config, model_config.model_dim)
+    abstract_state = abstract_train_state(model_config, tx)
+    manager = make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
+    try:
+        if step is None:
+            restored = restore_latest(manager, abstract_state, quarantine=False)
+        elif step not in manager.all_steps():
+            raise NoCheckpointError(
+                f"no checkpoint for step {step} in {checkpoint_dir}; available steps: "
+                f"{sorted(manager.all_steps())}."
+            )
+        else:
+            restored = _restore(manager, step, abstract_state)
+    finally:
+        manager.close()
+    if restored is None:
+        raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
+    state, _, meta = restored
+    check_vocabulary_meta(meta, src_tokenizer, tgt_tokenizer)
+    return InferenceBundle(
+        config=config,
+        model_config=model_config.replace(deterministic=True),
+        params=state.params,
+        src_tokenizer=src_tokenizer,
+        tgt_tokenizer=tgt_tokenizer,
+        step=int(state.step),
+    )
+
+
+def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
+    return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + TRAIN_COMMAND.format(
+        workdir=workdir
+    )

@@ -1,0 +1,151 @@
+"""The training keys of a run config, their defaults, validation, and duration conversion.
+
+A run config (see `configs/fra_eng.py`) is `training_defaults()` plus the sections `model`
+(`configs.model`) and `data` (`transformer_jax.data.data_config()`). `validate_config` checks
+the whole of it before anything is built or compiled, naming the bad value and the choices.
+Durations are written as `*_steps` or `*_epochs` and converted here only
+(`resolve_num_train_steps`).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
+from transformer_jax.training.parallel import PARALLELISMS
+
+
+def training_defaults() -> ml_collections.ConfigDict:
+    """Every training key with its default (the paper's optimizer, Vaswani et al. §5.3–5.4)."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # parameter init and dropout
+    c.parallelism = "pmap"  # "pmap" | "shard_map": how the step is mapped over devices
+    # Optimizer: Adam β1 0.9, β2 0.98, ε 1e-9 (the paper); d2l uses the optax defaults.
+    c.optimizer = "adam"  # "adam" | "adamw"
+    c.adam_b1 = 0.9
+    c.adam_b2 = 0.98
+    c.adam_eps = 1e-9
+    c.weight_decay = 0.0  # adamw only
+    # "paper": learning_rate · D^-0.5 · min(n^-0.5, n · warmup^-1.5); "constant": learning_rate.
+    c.schedule = "paper"
+    c.learning_rate = 1.0
+    c.warmup_steps = 4000
+    c.clip_norm = 0.0  # global-norm clipping threshold; 0 = off (d2l clips at 1)
+    c.label_smoothing = 0.1  # ε_ls; 0 = plain masked cross-entropy (d2l)
+    c.grad_accum_steps = 1  # micro-batches per update; must divide the per-device batch
+    # Duration: exactly one of these is > 0 (epochs are converted with the iterator's length).
+    c.num_train_steps = 0
+    c.num_epochs = 0
+    c.log_every_steps = 50  # fetch metrics from the devices, check for NaN, print progress
+    c.eval_every_steps = 500  # 0 = only at the end
+    c.checkpoint_every_steps = 500  # 0 = only at the end
+    c.keep_checkpoints = 3
+    c.eval = eval_defaults()
+    return c
+
+
+def eval_defaults() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
+    c.num_bleu_examples = 200  # validation pairs translated for BLEU; 0 = no BLEU
+    c.beam_size = 1
+    c.max_decode_len = 0  # 0 = data.max_tgt_len
+    c.decode_batch_size = 64
+    c.num_examples_to_show = 3  # translations printed with each BLEU evaluation
+    return c
+
+
+_POSITIVE_INTS = ("warmup_steps", "grad_accum_steps", "log_every_steps", "keep_checkpoints")
+_NON_NEGATIVE_INTS = (
+    "num_train_steps",
+    "num_epochs",
+    "eval_every_steps",
+    "checkpoint_every_steps",
+)
+_EVAL_INTS = ("num_batches", "num_bleu_examples", "max_decode_len", "num_examples_to_show")
+
+
+def validate_config(
+    config: ml_collections.ConfigDict, *, num_devices: int = 1, process_count: int = 1
+) -> None:
+    """Raises ValueError naming the bad key/value and the valid choices; compiles nothing."""
+    from transformer_jax.data import validate_data_config
+    from transformer_jax.nn import ModelConfig
+
+    defaults = training_defaults()
+    _check_keys("", config, set(defaults) | {"model", "data"})
+    _check_keys("eval.", config.eval, set(defaults.eval))
+    _check_choice("parallelism", config.parallelism, PARALLELISMS)
+    _check_choice("optimizer", config.optimizer, OPTIMIZERS)
+    _check_choice("schedule", config.schedule, SCHEDULES)
+    for key in _POSITIVE_INTS:
+        _check_int(key, config[key], minimum=1)
+    for key in _NON_NEGATIVE_INTS:
+        _check_int(key, config[key], minimum=0)
+    for key in _EVAL_INTS:
+        _check_int(f"eval.{key}", config.eval[key], minimum=0)
+    for key in ("beam_size", "decode_batch_size"):
+        _check_int(f"eval.{key}", config.eval[key], minimum=1)
+    if (config.num_train_steps > 0) == (config.num_epochs > 0):
+        raise ValueError(
+            f"Set exactly one of num_train_steps ({config.num_train_steps}) and num_epochs "
+            f"({config.num_epochs}) to a positive value; set the other to 0."
+        )
+    if not config.learning_rate > 0:
+        raise ValueError(f"learning_rate={config.learning_rate!r} must be > 0.")
+    if not 0.0 <= config.label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing={config.label_smoothing!r} is outside [0, 1).")
+    if config.clip_norm < 0:
+        raise ValueError(f"clip_norm={config.clip_norm!r} must be >= 0 (0 = no clipping).")
+    if not (0 <= config.adam_b1 < 1 and 0 <= config.adam_b2 < 1 and config.adam_eps > 0):
+        raise ValueError(
+            f"adam_b1={config.adam_b1}, adam_b2={config.adam_b2} must be in [0, 1) and "
+            f"adam_eps={config.adam_eps} > 0."
+        )
+    if config.weight_decay < 0 or (config.weight_decay > 0 and config.optimizer != "adamw"):
+        raise ValueError(
+            f"weight_decay={config.weight_decay!r} needs optimizer='adamw' and a value >= 0."
+        )
+
+    validate_data_config(config.data, num_devices=num_devices, process_count=process_count)
+    model = ModelConfig.from_dict(config.model.to_dict(), src_vocab_size=1, tgt_vocab_size=1)
+    longest = max(config.data.max_src_len, config.data.max_tgt_len)
+    if model.max_len < longest:
+        raise ValueError(
+            f"model.max_len={model.max_len} is shorter than the longest sequence "
+            f"(data.max_src_len / max_tgt_len = {longest}); raise model.max_len."
+        )
+    per_device = config.data.batch_size // (process_count * num_devices)
+    if per_device % config.grad_accum_steps:
+        raise ValueError(
+            f"grad_accum_steps={config.grad_accum_steps} must divide the per-device batch "
+            f"data.batch_size / (processes · devices) = {config.data.batch_size} / "
+            f"({process_count} · {num_devices}) = {per_device}."
+        )
+
+
+def resolve_num_train_steps(config: ml_collections.ConfigDict, steps_per_epoch: int) -> int:
+    """The one place where epochs become steps: num_epochs · (batches per epoch)."""
+    if config.num_train_steps > 0:
+        return int(config.num_train_steps)
+    return int(config.num_epochs) * int(steps_per_epoch)
+
+
+def _check_keys(prefix: str, section: ml_collections.ConfigDict, valid: set[str]) -> None:
+    unknown = sorted(set(section) - valid)
+    missing = sorted(valid - set(section))
+    if unknown or missing:
+        raise ValueError(
+            f"config keys: unknown {[prefix + k for k in unknown]}, missing "
+            f"{[prefix + k for k in missing]}. Valid keys: {sorted(prefix + k for k in valid)}."
+        )
+
+
+def _check_choice(key: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}={value!r} is not valid; choose one of {list(choices)}.")
+
+
+def _check_int(key: str, value, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}.")

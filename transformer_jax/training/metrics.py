@@ -1,0 +1,133 @@
+"""Metric summaries, and writing them: a JSONL log, TensorBoard events and a progress line.
+
+Steps return *sums* (loss, nll, correct, weight); `summarize` turns sums accumulated over any
+number of steps or eval batches into means, so averaging is exact whatever the batch sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from transformer_jax.training.checkpoints import METRICS_FILE, TENSORBOARD_DIR
+
+
+def summarize(sums: dict[str, Any]) -> dict[str, float]:
+    """Means per token from summed metrics: loss, nll, accuracy, perplexity (+ passthrough)."""
+    weight = max(float(sums["weight"]), 1e-9)
+    out = {
+        "nll": float(sums["nll"]) / weight,
+        "accuracy": float(sums["correct"]) / weight,
+        "tokens": float(sums["weight"]),
+    }
+    if "loss" in sums:
+        out["loss"] = float(sums["loss"]) / weight
+    out["perplexity"] = math.exp(min(out["nll"], 50.0))
+    return out
+
+
+def sum_tree(metrics: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Elementwise sum of a list of host metric dicts."""
+    return {k: np.sum([m[k] for m in metrics], axis=0) for k in metrics[0]}
+
+
+class MetricWriter:
+    """Appends `{"step", "split", ...}` lines to metrics.jsonl and scalars to TensorBoard.
+
+    Only process 0 writes; on other processes every method is a no-op.
+    """
+
+    def __init__(self, workdir: str | Path, *, enabled: bool = True):
+        self.enabled = enabled
+        self._tb = None
+        self._jsonl = None
+        if not enabled:
+            return
+        from tensorboardX import SummaryWriter  # no TensorFlow needed
+
+        workdir = Path(workdir)
+        self._jsonl = open(workdir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self._tb = SummaryWriter(str(workdir / TENSORBOARD_DIR))
+
+    def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step), "split": split, "time": round(time.time(), 3)}
+        record.update({k: _number(v) for k, v in scalars.items()})
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        for key, value in scalars.items():
+            self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
+        self._tb.flush()
+
+    def write_text(self, step: int, tag: str, text: str) -> None:
+        if self.enabled:
+            self._tb.add_text(tag, text, int(step))
+
+    def close(self) -> None:
+        if self.enabled:
+            self._jsonl.close()
+            self._tb.close()
+
+
+def _number(value: Any) -> float | int | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class Progress:
+    """One log line per fetch: step/total, loss, tokens/s and the ETA."""
+
+    def __init__(self, total_steps: int, start_step: int):
+        self.total = total_steps
+        self._last_step = start_step
+        self._last_time = time.perf_counter()
+        self._start_step = start_step
+        self._start_time = self._last_time
+
+    def line(self, step: int, summary: dict[str, float], extra: str = "") -> str:
+        now = time.perf_counter()
+        dt = max(now - self._last_time, 1e-9)
+        steps_per_sec = (step - self._last_step) / dt
+        tokens_per_sec = summary["tokens"] / dt
+        overall = (step - self._start_step) / max(now - self._start_time, 1e-9)
+        eta = (self.total - step) / overall if overall > 0 else float("inf")
+        self._last_step, self._last_time = step, now
+        self.steps_per_sec, self.tokens_per_sec = steps_per_sec, tokens_per_sec
+        return (
+            f"step {step}/{self.total} ({100.0 * step / self.total:.0f}%) | "
+            f"loss {summary['loss']:.4f} | nll {summary['nll']:.4f} | "
+            f"{steps_per_sec:.2f} steps/s | {tokens_per_sec:,.0f} tok/s | "
+            f"ETA {_duration(eta)}{extra}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def quiet_library_logs() -> None:
+    """Drops orbax's INFO records (several per save) from the absl log; keeps warnings."""
+    import logging as py_logging
+
+    def keep(record: py_logging.LogRecord) -> bool:
+        return record.levelno >= py_logging.WARNING or "/orbax/" not in record.pathname
+
+    logging.get_absl_handler().addFilter(keep)
+
+
+def log(message: str, *args: Any) -> None:
+    """Progress goes to the absl log (stderr under `experiments/train.py`), process 0 only."""
+    import jax
+
+    if jax.process_index() == 0:
+        logging.info(message, *args)

@@ -1,0 +1,77 @@
+"""The train state: everything the step updates, and everything a checkpoint restores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from transformer_jax.nn import ModelConfig, Transformer
+
+
+@flax.struct.dataclass
+class TrainState:
+    """step () int32; params and opt_state pytrees; rng (2,) uint32, the run's base key.
+
+    The dropout key of step n is derived as fold_in(rng, n) (then per device and micro-batch),
+    so `rng` never changes and a resumed run draws exactly the masks an uninterrupted one would.
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array
+
+
+def init_params(model_config: ModelConfig, rng: jax.Array) -> Any:
+    """Parameters of `Transformer(model_config)` from a (2,) key, on the host (numpy)."""
+    model = Transformer(model_config.replace(deterministic=True))
+    src = jnp.ones((1, 2), jnp.int32)  # (B, S): shapes do not matter for the parameters
+    tgt = jnp.ones((1, 2), jnp.int32)  # (B, T)
+    variables = jax.jit(model.init)({"params": rng}, src, jnp.array([2], jnp.int32), tgt)
+    return jax.device_get(nn.unbox(variables["params"]))
+
+
+def create_train_state(
+    model_config: ModelConfig, tx: optax.GradientTransformation, seed: int
+) -> TrainState:
+    """A fresh host-side (numpy) state: step 0, initial params and optimizer state."""
+    init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    params = init_params(model_config, init_rng)
+    opt_state = jax.device_get(tx.init(params))
+    return TrainState(
+        step=np.asarray(0, np.int32),
+        params=params,
+        opt_state=opt_state,
+        rng=np.asarray(jax.device_get(dropout_rng)),
+    )
+
+
+def model_config_from(
+    config: ml_collections.ConfigDict, src_vocab_size: int, tgt_vocab_size: int
+) -> ModelConfig:
+    """The training-mode ModelConfig of a run config, with vocabulary sizes from the tokenizers."""
+    return ModelConfig.from_dict(
+        config.model.to_dict(), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size
+    )
+
+
+def abstract_train_state(model_config: ModelConfig, tx: optax.GradientTransformation) -> TrainState:
+    """Shapes and dtypes of `create_train_state` without computing anything (for restores)."""
+    model = Transformer(model_config.replace(deterministic=True))
+
+    def init(rng):
+        src = jnp.ones((1, 2), jnp.int32)
+        variables = model.init({"params": rng}, src, jnp.array([2], jnp.int32), src)
+        params = nn.unbox(variables["params"])
+        return TrainState(
+            step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
+        )
+
+    return jax.eval_shape(init, jax.random.PRNGKey(0))

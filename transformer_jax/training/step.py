@@ -1,0 +1,105 @@
+"""The per-device train and eval steps, written once for one device with a named axis.
+
+How they are mapped over devices (`jax.pmap` or `jax.jit(jax.shard_map(...))`) is chosen
+in `parallel.py`. Both steps are pure functions `(state, batch) -> (state, metrics)`, so a
+later change can `lax.scan` several of them in one call.
+
+Batch leaves on one device: src (B, S) int32, src_len (B,) int32, tgt_in / tgt_out (B, T)
+int32, tgt_weight (B, T) float32 (0 on padding and on padded rows).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from transformer_jax.training.losses import weighted_loss_sums
+from transformer_jax.training.state import TrainState
+
+Batch = dict[str, jax.Array]
+Metrics = dict[str, jax.Array]
+
+
+def _logits(model: nn.Module, params, batch: Batch, rng: jax.Array | None) -> jax.Array:
+    rngs = None if rng is None else {"dropout": rng}
+    return model.apply(
+        {"params": params}, batch["src"], batch["src_len"], batch["tgt_in"], rngs=rngs
+    )  # (B, T, V)
+
+
+def train_step(
+    state: TrainState,
+    batch: Batch,
+    *,
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    label_smoothing: float,
+    grad_accum_steps: int,
+    axis_name: str,
+) -> tuple[TrainState, Metrics]:
+    """One optimizer update from this device's share of the global batch.
+
+    The objective is Σ_tokens w·CE / Σ_tokens w over the *global* batch: each device
+    contributes its token sum, divided by the global token count, so the result does not
+    depend on how the batch is split over devices or micro-batches.
+
+    Gradient reduction works under both mappings: in `pmap` the transpose of `psum` is a
+    `psum`, so each device holds n·∂(local)/W and `pmean` averages them; in `shard_map`
+    (check_vma=True) the gradient of the replicated params is already summed over devices,
+    and `pmean` of an unvarying value is the identity.
+
+    Returns the new state and psum'd metric sums (loss, nll, correct, weight) plus
+    grad_norm and learning_rate: identical on every device.
+    """
+    step_rng = jax.random.fold_in(state.rng, state.step)
+    step_rng = jax.random.fold_in(step_rng, lax.axis_index(axis_name))
+    total_weight = jnp.maximum(lax.psum(jnp.sum(batch["tgt_weight"]), axis_name), 1.0)
+
+    def loss_fn(params, micro: Batch, rng: jax.Array):
+        logits = _logits(model, params, micro, rng)
+        sums = weighted_loss_sums(logits, micro["tgt_out"], micro["tgt_weight"], label_smoothing)
+        sums = lax.psum(sums, axis_name)  # global sums: the same on every device
+        return sums["loss"] / total_weight, sums
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if grad_accum_steps == 1:
+        (_, sums), grads = grad_fn(state.params, batch, step_rng)
+    else:
+        # (B, ...) -> (A, B / A, ...): scan over micro-batches, summing gradients and sums.
+        micro = jax.tree.map(lambda x: x.reshape((grad_accum_steps, -1) + x.shape[1:]), batch)
+
+        def accumulate(carry, xs):
+            grads_acc, sums_acc = carry
+            micro_batch, index = xs
+            (_, sums), grads = grad_fn(
+                state.params, micro_batch, jax.random.fold_in(step_rng, index)
+            )
+            grads_acc = jax.tree.map(jnp.add, grads_acc, grads)
+            return (grads_acc, jax.tree.map(jnp.add, sums_acc, sums)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        zero_sums = {k: jnp.zeros((), jnp.float32) for k in ("loss", "nll", "correct", "weight")}
+        (grads, sums), _ = lax.scan(
+            accumulate, (zeros, zero_sums), (micro, jnp.arange(grad_accum_steps))
+        )
+    grads = lax.pmean(grads, axis_name)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {
+        **sums,
+        "grad_norm": optax.global_norm(grads),
+        "learning_rate": jnp.asarray(schedule(state.step), jnp.float32),
+    }
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    return new_state, metrics
+
+
+def eval_step(params, batch: Batch, *, model: nn.Module, axis_name: str) -> Metrics:
+    """Global sums of nll, correct and weight over this eval batch (model without dropout)."""
+    logits = _logits(model, params, batch, None)
+    sums = weighted_loss_sums(logits, batch["tgt_out"], batch["tgt_weight"], 0.0)
+    return lax.psum(sums, axis_name)
