@@ -6,7 +6,7 @@ Splits:
   full: every well-formed pair in file order, for the book's `load_data_nmt(num_examples=600)`
     parity mode (`train_split="full[:600]"`). Order is preserved by `disable_shuffling`.
 
-Features: `en`, `fr` (preprocessed as in the book) and `line` (0-based line number in fra.txt).
+Features: `en`, `fr`, preprocessed as in the book. (Example keys are line numbers in fra.txt.)
 Build stats (malformed-line counts by reason, split sizes, the zip's sha256) are logged and kept
 in the dataset info metadata (`metadata.json` next to `dataset_info.json`).
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 from etils import epath
@@ -115,7 +114,7 @@ class FraEng(tfds.core.GeneratorBasedBuilder):
             builder=self,
             description=_DESCRIPTION,
             features=tfds.features.FeaturesDict(
-                {"en": tfds.features.Text(), "fr": tfds.features.Text(), "line": np.int64}
+                {"en": tfds.features.Text(), "fr": tfds.features.Text()}
             ),
             supervised_keys=("en", "fr"),
             homepage="https://d2l.ai/chapter_recurrent-modern/machine-translation-and-dataset.html",
@@ -141,7 +140,7 @@ class FraEng(tfds.core.GeneratorBasedBuilder):
         config = self.builder_config
         for item in corpus.read_pairs(zip_path, report):
             en, fr = preprocessing.preprocess_pair(item.english, item.french)
-            example = {"en": en, "fr": fr, "line": item.line_number}
+            example = (item.line_number, {"en": en, "fr": fr})
             full.append(example)
             split = splitting.split_of(
                 en,
@@ -159,6 +158,14 @@ class FraEng(tfds.core.GeneratorBasedBuilder):
             report.blank,
             sizes,
         )
+        for name, size in sizes.items():
+            if size == 0:
+                # TFDS cannot write an empty split; say why instead of its AssertionError.
+                raise ValueError(
+                    f"fra_eng: split {name!r} would be empty ({report.kept} pairs read from "
+                    f"{zip_path}, fractions validation={config.validation_fraction} "
+                    f"test={config.test_fraction}); supply the full corpus or larger fractions."
+                )
         for example in report.examples:
             logging.warning("fra_eng: skipped %s", example)
         self.info.metadata.update(
@@ -168,7 +175,7 @@ class FraEng(tfds.core.GeneratorBasedBuilder):
         splits["full"] = self._generate_examples(full)
         return splits
 
-    def _generate_examples(self, examples: list[dict]):
-        # Keys are the line numbers: unique, and with disable_shuffling TFDS writes in key order.
-        for example in examples:
-            yield example["line"], example
+    def _generate_examples(self, examples: list[tuple[int, dict]]):
+        # Keys are the line numbers (unique); with disable_shuffling the records are stored in
+        # this order, which is file order.
+        yield from examples

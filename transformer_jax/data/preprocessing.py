@@ -6,8 +6,10 @@ sentence-initial `, . ! ?`, which then yields an empty token after `split(' ')`.
 processing avoids that artefact and is identical on every other input.
 """
 
+import re
+
 _NO_BREAK_SPACES = ("\u202f", "\u00a0")  # narrow no-break space, no-break space
-_SPACED_PUNCTUATION = frozenset(",.!?")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"(?<=[^ ])([,.!?])")
 
 
 def preprocess_nmt(text: str) -> str:
@@ -19,13 +21,9 @@ def preprocess_nmt(text: str) -> str:
     """
     for char in _NO_BREAK_SPACES:
         text = text.replace(char, " ")
-    text = text.lower()
-    out = []
-    for i, char in enumerate(text):
-        if i > 0 and char in _SPACED_PUNCTUATION and text[i - 1] != " ":
-            out.append(" ")
-        out.append(char)
-    return "".join(out)
+    # The book's character loop (`' ' + char if i > 0 and no_space(char, text[i - 1])`) as one
+    # regex: the lookbehind needs a preceding non-space character, so i == 0 is excluded too.
+    return _SPACE_BEFORE_PUNCTUATION.sub(r" \1", text.lower())
 
 
 def preprocess_pair(source: str, target: str, *, book_style: bool = True) -> tuple[str, str]:

@@ -1,0 +1,44 @@
+"""Data config defaults and validation messages."""
+
+import pytest
+
+from transformer_jax.data import config as config_lib
+
+
+def test_default_config_is_valid():
+    cfg = config_lib.data_config()
+    config_lib.validate_data_config(cfg, num_devices=2, process_count=2)
+    assert cfg.name == "fra_eng" and (cfg.source_lang, cfg.target_lang) == ("en", "fr")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kwargs", "message"),
+    [
+        ("tokenizer", "bytes", {}, r"data.tokenizer='bytes'.*'word', 'sentencepiece'"),
+        ("sp_model_type", "char", {}, r"sp_model_type='char'.*'unigram', 'bpe'"),
+        ("max_src_len", 1, {}, r"data.max_src_len=1 .*>= 2"),
+        ("max_tgt_len", 0, {}, r"data.max_tgt_len=0"),
+        ("batch_size", 100, {"num_devices": 8}, r"batch_size=100 .*1 \* 8 = 8.*e.g. 96"),
+        ("batch_size", 12, {"num_devices": 2, "process_count": 4}, r"4 \* 2 = 8"),
+        ("validation_fraction", 1.5, {}, r"validation_fraction=1.5"),
+        ("test_fraction", 0.6, {}, r"leaves no training data"),
+        ("source_lang", "de", {}, r"fra_eng has languages"),
+        ("bucket_boundaries", (16, 8), {}, r"bucket_boundaries=\(16, 8\).*increasing"),
+        ("num_eval_examples", -1, {}, r"num_eval_examples=-1"),
+    ],
+)
+def test_validation_names_bad_value(key, value, kwargs, message):
+    cfg = config_lib.data_config()
+    if key == "test_fraction":
+        cfg.validation_fraction = 0.5
+    cfg[key] = value
+    with pytest.raises(ValueError, match=message):
+        config_lib.validate_data_config(cfg, **kwargs)
+
+
+def test_unknown_key_lists_valid_keys():
+    cfg = config_lib.data_config()
+    with cfg.unlocked():
+        cfg.batchsize = 3
+    with pytest.raises(ValueError, match=r"unknown \['batchsize'\].*valid keys.*'batch_size'"):
+        config_lib.validate_data_config(cfg)
