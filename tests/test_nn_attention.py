@@ -1,0 +1,100 @@
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests import reference
+from transformer_jax import ops
+from transformer_jax.nn import ModelConfig, MultiHeadAttention
+
+
+def _cfg(**kw):
+    base = dict(
+        src_vocab_size=10,
+        tgt_vocab_size=10,
+        model_dim=24,
+        num_heads=4,
+        ffn_dim=8,
+        deterministic=True,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
+    return ModelConfig(**{**base, **kw})
+
+
+def _inputs(seed=0, b=2, t=5, s=7, d=24):
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.normal(size=(b, t, d)), jnp.float32), jnp.asarray(
+        rng.normal(size=(b, s, d)), jnp.float32
+    )
+
+
+def test_equals_flax_multi_head_dot_product_attention_with_same_weights():
+    x_q, x_kv = _inputs()
+    mask = ops.valid_length_mask(jnp.array([7, 3]), 7)  # (B, 1, 1, S)
+    ours = MultiHeadAttention(_cfg())
+    params = ours.init(jax.random.key(0), x_q, x_kv, mask)["params"]
+    theirs = nn.MultiHeadDotProductAttention(
+        num_heads=4, qkv_features=24, out_features=24, deterministic=True, dropout_rate=0.0
+    )
+    # Same parameter tree: query/key/value (D, H, K) + (H, K), out (H, K, D) + (D,).
+    flax_shapes = jax.tree.map(jnp.shape, theirs.init(jax.random.key(1), x_q, x_kv, x_kv)["params"])
+    assert jax.tree.map(jnp.shape, params) == flax_shapes
+    got = ours.apply({"params": params}, x_q, x_kv, mask)
+    want = theirs.apply({"params": params}, x_q, x_kv, x_kv, mask=mask)
+    assert reference.rel_err(got, want) < 1e-5
+
+
+def test_matches_float64_reference_with_heads_as_chunks_of_projections():
+    x_q, x_kv = _inputs(1)
+    mha = MultiHeadAttention(_cfg())
+    p = mha.init(jax.random.key(0), x_q, x_kv)["params"]
+    p = jax.tree.map(lambda a: a + 0.1 * np.random.default_rng(2).normal(size=a.shape), p)
+    p = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), p)
+    got = mha.apply({"params": p}, x_q, x_kv)
+
+    # The book's recipe: full (D, D) projections, then split features into H chunks.
+    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    d, h, k = 24, 4, 6
+
+    def project(x, name):
+        w = f64(p[name]["kernel"]).reshape(d, h * k)
+        y = f64(x) @ w + f64(p[name]["bias"]).reshape(h * k)  # (B, T, D)
+        return y.reshape(*y.shape[:2], h, k).transpose(0, 2, 1, 3)  # (B, H, T, K)
+
+    out, _ = reference.dot_attention(
+        project(x_q, "query"), project(x_kv, "key"), project(x_kv, "value")
+    )
+    concat = out.transpose(0, 2, 1, 3).reshape(2, 5, d)  # (B, T, D)
+    want = concat @ f64(p["out"]["kernel"]).reshape(d, d) + f64(p["out"]["bias"])
+    assert reference.rel_err(got, want) < 1e-5
+
+
+def test_rejects_model_dim_not_divisible_by_heads():
+    with pytest.raises(ValueError, match=r"model_dim=24 is not divisible by model.num_heads=5"):
+        _cfg(num_heads=5)
+
+
+def test_attention_weights_are_sown_for_visualisation():
+    x_q, x_kv = _inputs(3)
+    mha = MultiHeadAttention(_cfg())
+    variables = mha.init(jax.random.key(0), x_q, x_kv)
+    mask = ops.valid_length_mask(jnp.array([7, 2]), 7)
+    _, state = mha.apply(variables, x_q, x_kv, mask, mutable=["intermediates"])
+    (w,) = state["intermediates"]["attention_weights"]
+    assert w.shape == (2, 4, 5, 7)
+    np.testing.assert_array_equal(np.asarray(w[1, :, :, 2:]), 0.0)
+    np.testing.assert_allclose(np.asarray(w).sum(-1), 1.0, rtol=1e-5)
+
+
+def test_additive_scorer_runs_and_respects_mask():
+    x_q, x_kv = _inputs(4)
+    mha = MultiHeadAttention(_cfg(attention_kind="additive", additive_dim=5))
+    variables = mha.init(jax.random.key(0), x_q, x_kv)
+    assert variables["params"]["additive_query"].shape == (4, 6, 5)
+    mask = ops.valid_length_mask(jnp.array([7, 2]), 7)
+    x_kv2 = x_kv.at[1, 2:].set(100.0)  # only masked positions change
+    a = mha.apply(variables, x_q, x_kv, mask)
+    b = mha.apply(variables, x_q, x_kv2, mask)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
