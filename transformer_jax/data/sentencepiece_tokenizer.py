@@ -64,8 +64,8 @@ class SentencePieceTokenizer:
         except RuntimeError as error:
             raise ValueError(
                 f"SentencePiece training failed with data.vocab_size={vocab_size}, "
-                f"data.sp_model_type={model_type!r}: {error}. For a small corpus lower "
-                "data.vocab_size to the limit it names."
+                f"data.sp_model_type={model_type!r}: {str(error).rstrip('.')}. For a small "
+                "corpus lower data.vocab_size to the limit it names."
             ) from error
         return cls(model.getvalue())
 

@@ -1,0 +1,226 @@
+"""Encoding, train iterator (shuffle, buckets, resume, multi-host), eval batches, padding."""
+
+import json
+
+import numpy as np
+import pytest
+
+from transformer_jax.data import batching, bucketing, encoding
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_jax.data.word_tokenizer import WordTokenizer
+
+
+def test_encode_pairs_appends_eos_truncates_and_pads():
+    tok = WordTokenizer.train(["a b c d e", "x y"], min_freq=1)
+    a, b, c, d, e, x, y = (tok.token_to_id(t) for t in "abcdexy")
+    enc = encoding.encode_pairs([("a b", "x y"), ("a b c d e", "zz")], tok, tok, 4, 3)
+    np.testing.assert_array_equal(enc.src, [[a, b, EOS_ID, PAD_ID], [a, b, c, d]])
+    np.testing.assert_array_equal(enc.src_len, [3, 4])  # like the book, <eos> may be cut off
+    np.testing.assert_array_equal(enc.tgt, [[x, y, EOS_ID], [UNK_ID, EOS_ID, PAD_ID]])
+    np.testing.assert_array_equal(enc.tgt_len, [3, 2])
+
+
+def test_make_batch_shifts_target_right_and_weights_non_pad():
+    enc = encoding.EncodedPairs(
+        src=np.array([[5, 6, 2, 0], [7, 2, 0, 0]], np.int32),
+        src_len=np.array([3, 2], np.int32),
+        tgt=np.array([[8, 9, 2, 0], [10, 2, 0, 0]], np.int32),
+        tgt_len=np.array([3, 2], np.int32),
+    )
+    batch = encoding.make_batch(enc, np.array([1, 0]), src_width=3, tgt_width=4)
+    np.testing.assert_array_equal(batch["src"], [[7, 2, 0], [5, 6, 2]])
+    np.testing.assert_array_equal(batch["src_len"], [2, 3])
+    np.testing.assert_array_equal(batch["tgt_out"], [[10, 2, 0, 0], [8, 9, 2, 0]])
+    np.testing.assert_array_equal(batch["tgt_in"], [[BOS_ID, 10, 2, 0], [BOS_ID, 8, 9, 2]])
+    np.testing.assert_array_equal(batch["tgt_weight"], [[1, 1, 0, 0], [1, 1, 1, 0]])
+    assert batch["tgt_weight"].dtype == np.float32 and batch["src"].dtype == np.int32
+
+
+def _fake_encoded(n=103, max_len=12, seed=0):
+    """Example i has first token 100 + i (to identify it) and a random length in [2, max_len]."""
+    rng = np.random.default_rng(seed)
+    src_len = rng.integers(2, max_len + 1, n).astype(np.int32)
+    tgt_len = np.clip(src_len + rng.integers(-2, 3, n), 2, max_len).astype(np.int32)
+
+    def fill(lengths):
+        out = np.zeros((n, max_len), np.int32)
+        for i, length in enumerate(lengths):
+            out[i, : length - 1] = 100 + i
+            out[i, length - 1] = EOS_ID
+        return out
+
+    return encoding.EncodedPairs(fill(src_len), src_len, fill(tgt_len), tgt_len)
+
+
+def _ids(batch):
+    """Example ids of a (D, B_dev, S) batch, flattened in device-major order."""
+    return (batch["src"][..., 0] - 100).reshape(-1)
+
+
+def test_unbucketed_batches_follow_the_seeded_permutation():
+    enc = _fake_encoded()
+    it = batching.TrainIterator(enc, global_batch=16, num_devices=2, seed=7)
+    assert it.batches_per_epoch == 103 // 16
+    first_epoch = [next(it) for _ in range(6)]
+    expected = np.random.default_rng([7, 0]).permutation(103)[:96].reshape(6, 16)
+    for batch, want in zip(first_epoch, expected, strict=True):
+        assert batch["src"].shape == (2, 8, 12) and batch["tgt_out"].shape == (2, 8, 12)
+        assert batch["src_len"].shape == (2, 8)
+        np.testing.assert_array_equal(_ids(batch), want)
+    # The next batch starts epoch 1, with a fresh permutation.
+    np.testing.assert_array_equal(
+        _ids(next(it)), np.random.default_rng([7, 1]).permutation(103)[:16]
+    )
+    assert it.epoch == 1
+
+
+BOUNDARIES = (4, 8, 12)
+
+
+def test_bucketed_batches_use_fixed_shapes_and_cover_the_epoch():
+    enc = _fake_encoded(n=300)
+    it = batching.TrainIterator(
+        enc, global_batch=8, num_devices=1, seed=0, bucket_boundaries=BOUNDARIES
+    )
+    seen = []
+    for _ in range(it.batches_per_epoch):
+        batch = next(it)
+        width = batch["src"].shape[-1]
+        assert width in BOUNDARIES and batch["tgt_out"].shape[-1] == width
+        ids = _ids(batch)
+        # No example is truncated by its bucket.
+        assert (enc.src_len[ids] <= width).all() and (enc.tgt_len[ids] <= width).all()
+        np.testing.assert_array_equal(batch["src_len"].reshape(-1), enc.src_len[ids])
+        seen.extend(ids.tolist())
+    assert len(seen) == len(set(seen))  # each example at most once per epoch
+    assert 300 - len(seen) < 8  # only the last partial global batch is dropped
+    assert it.epoch == 0
+
+
+def test_bucketing_cuts_padding():
+    enc = _fake_encoded(n=400)
+
+    def fraction(boundaries):
+        it = batching.TrainIterator(
+            enc, global_batch=8, num_devices=1, bucket_boundaries=boundaries
+        )
+        return bucketing.padding_fraction(it.epoch_batches(0))
+
+    without, with_buckets = fraction(None), fraction(BOUNDARIES)
+    # Independent estimate of the unbucketed padding: lengths vs 12 per side.
+    expected_without = 1 - (enc.src_len.sum() + enc.tgt_len.sum()) / (2 * 12 * 400)
+    assert without == pytest.approx(expected_without, abs=0.02)  # 400 - 400 // 8 * 8 = 0 dropped
+    assert with_buckets < without - 0.15
+
+
+def test_padding_fraction_by_hand():
+    batch = {
+        "src": np.zeros((1, 2, 4)),
+        "src_len": np.array([[4, 1]]),
+        "tgt_out": np.zeros((1, 2, 3)),
+        "tgt_weight": np.array([[[1, 1, 1], [1, 0, 0]]], np.float32),
+    }
+    # real tokens 5 + 4 = 9 of 8 + 6 = 14
+    assert bucketing.padding_fraction([batch]) == pytest.approx(5 / 14)
+
+
+@pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
+def test_resumed_iterator_sees_exactly_the_uninterrupted_batches(boundaries):
+    enc = _fake_encoded()
+    kwargs = dict(global_batch=8, num_devices=2, seed=3, bucket_boundaries=boundaries)
+    uninterrupted = batching.TrainIterator(enc, **kwargs)
+    reference = [next(uninterrupted) for _ in range(40)]  # crosses epoch boundaries (12/epoch)
+
+    it = batching.TrainIterator(enc, **kwargs)
+    for _ in range(17):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))  # what a checkpoint would store
+    assert state["epoch"] == 1 and state["position"] == 17 - it.batches_per_epoch
+    resumed = batching.TrainIterator(enc, **kwargs)
+    resumed.set_state(state)
+    for want in reference[17:]:
+        got = next(resumed)
+        for key in encoding.BATCH_KEYS:
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_set_state_refuses_a_different_setup():
+    enc = _fake_encoded()
+    state = batching.TrainIterator(enc, global_batch=8, num_devices=1, seed=3).get_state()
+    other = batching.TrainIterator(enc, global_batch=8, num_devices=1, seed=4)
+    with pytest.raises(ValueError, match=r"seed=3 but this pipeline has seed=4"):
+        other.set_state(state)
+
+
+@pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
+def test_two_processes_one_device_equal_one_process_two_devices(boundaries):
+    enc = _fake_encoded()
+    one = batching.TrainIterator(
+        enc, global_batch=8, num_devices=2, seed=1, bucket_boundaries=boundaries
+    )
+    procs = [
+        batching.TrainIterator(
+            enc,
+            global_batch=8,
+            num_devices=1,
+            process_index=p,
+            process_count=2,
+            seed=1,
+            bucket_boundaries=boundaries,
+        )
+        for p in range(2)
+    ]
+    for _ in range(30):
+        whole = next(one)
+        parts = [next(p) for p in procs]
+        for key in encoding.BATCH_KEYS:
+            assert parts[0][key].shape[0] == 1
+            np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), whole[key])
+        # Disjoint shards.
+        assert not set(_ids(parts[0])) & set(_ids(parts[1]))
+
+
+def test_layout_errors_name_the_fix():
+    enc = _fake_encoded()
+    with pytest.raises(ValueError, match=r"global batch 10 .* 1 \* 4; change data.batch_size"):
+        batching.TrainIterator(enc, global_batch=10, num_devices=4)
+    with pytest.raises(ValueError, match=r"103 examples, fewer than one global batch \(128\)"):
+        batching.TrainIterator(enc, global_batch=128, num_devices=1)
+
+
+@pytest.mark.parametrize(("process_count", "num_devices"), [(1, 1), (1, 2), (2, 2)])
+def test_eval_batches_count_every_example_once(process_count, num_devices):
+    enc = _fake_encoded(n=21)
+    per_process = [
+        list(
+            batching.eval_batches(
+                enc,
+                global_batch=8,
+                num_devices=num_devices,
+                process_index=p,
+                process_count=process_count,
+            )
+        )
+        for p in range(process_count)
+    ]
+    indices, weight_total = [], 0.0
+    for batches in per_process:
+        assert len(batches) == 3  # ceil(21 / 8), on every process
+        for batch in batches:
+            assert batch["src"].shape == (num_devices, 8 // process_count // num_devices, 12)
+            real = batch["index"] >= 0
+            ids = batch["index"][real]
+            np.testing.assert_array_equal(batch["src"][real][:, 0] - 100, ids)
+            assert (batch["tgt_weight"][~real] == 0).all()
+            assert (batch["src_len"][~real] == 1).all()
+            assert (batch["tgt_in"][~real][:, 0] == BOS_ID).all()
+            indices.extend(ids.tolist())
+            weight_total += batch["tgt_weight"].sum()
+    assert sorted(indices) == list(range(21))
+    assert weight_total == enc.tgt_len.sum()
+
+
+def test_resolve_boundaries():
+    assert bucketing.resolve_boundaries((), 8, 32, 20) == (8, 16, 24, 32)
+    assert bucketing.resolve_boundaries((), 8, 10, 10) == (8, 10)
+    assert bucketing.resolve_boundaries((5, 10, 40), 8, 32, 32) == (5, 10, 32)
