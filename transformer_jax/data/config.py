@@ -41,8 +41,9 @@ def data_config() -> ml_collections.ConfigDict:
     # Where TFDS builds and reads datasets; tokenizers are cached in `<data_dir>/tokenizers`.
     # Project-local and git-ignored, so runs never depend on ~/tensorflow_datasets.
     c.data_dir = str(DEFAULT_DATA_DIR)
-    # TFDS split strings (slicing allowed). fra_eng also has "full" (all pairs in file order):
-    # the book's parity mode is train_split="full[:600]" (d2l load_data_nmt, num_examples=600).
+    # TFDS split strings (slicing allowed). fra_eng also has "full" (all pairs in file order).
+    # Book parity (d2l load_data_nmt(num_examples=600)): train_split="full[:601]", because the
+    # book's tokenize_nmt stops only when `i > num_examples`, so it keeps lines 0..600.
     c.train_split = "train"
     c.eval_split = "validation"
     c.test_split = "test"

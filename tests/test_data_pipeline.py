@@ -1,0 +1,112 @@
+"""create_input_pipeline end to end: small generated corpus, and book parity on the real one."""
+
+import zipfile
+
+import numpy as np
+
+from tests.test_data_tokenizers import _BookVocab
+from transformer_jax.data import pipeline, tokenizers
+from transformer_jax.data.vocab import PAD_ID
+
+pytest_plugins = ["tests.conftest_data"]
+
+
+def test_pipeline_on_small_corpus(tmp_path, small_zip, make_cfg):
+    cfg = make_cfg(small_zip, bucketing=True, bucket_step=4)
+    pipe = pipeline.create_input_pipeline(cfg, num_devices=2)
+    sizes = pipe.split_sizes
+    assert sizes["full"] == 180
+    assert sizes["train"] + sizes["validation"] + sizes["test"] == 180
+    assert sizes["selected_train"] == sizes["train"]
+    batch = next(pipe.train_iter)
+    assert set(batch) == {"src", "src_len", "tgt_in", "tgt_out", "tgt_weight"}
+    assert batch["src"].shape[:2] == (2, 4) and batch["src"].shape[2] in (4, 8, 10)
+    # Eval batches reproduce the eval pairs, in order (min_freq 1; eval words may be <unk>).
+    decoded = []
+    for eval_batch in pipe.eval_batches("eval"):
+        for row, index in zip(
+            eval_batch["tgt_out"].reshape(-1, 10), eval_batch["index"].reshape(-1), strict=True
+        ):
+            if index >= 0:
+                decoded.append((index, pipe.tgt_tokenizer.decode(row)))
+    assert [i for i, _ in decoded] == list(range(len(pipe.eval_pairs)))
+    for (_, text), (_, reference) in zip(decoded, pipe.eval_pairs, strict=True):
+        words = reference.split(" ")[:9]  # 9 tokens + <eos> = max_tgt_len 10
+        assert text.split(" ") == [
+            w if pipe.tgt_tokenizer.token_to_id(w) != 3 else "<unk>" for w in words
+        ]
+
+
+def test_sentencepiece_pipeline_caches_beside_the_data(tmp_path, small_zip, make_cfg):
+    cfg = make_cfg(small_zip, tokenizer="sentencepiece", vocab_size=40, shared_vocab=True)
+    pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    assert pipe.src_tokenizer is pipe.tgt_tokenizer
+    cached = list((tmp_path / "tfds" / "tokenizers").iterdir())
+    assert len(cached) == 1 and cached[0].name.startswith("spm-unigram-40-shared-")
+    again = pipeline.create_input_pipeline(cfg, num_devices=1)
+    tokenizers.check_vocabulary(again.src_tokenizer, pipe.src_tokenizer.fingerprint, 40)
+    src, tgt = pipe.eval_pairs[0]
+    assert pipe.src_tokenizer.decode(pipe.src_tokenizer.encode(src)) == src
+
+
+def _book_build_array(lines, vocab, num_steps):
+    """d2l `build_array_nmt` (+ `truncate_pad`) with the book's vocabulary, as tokens."""
+    rows = []
+    for line in lines:
+        ids = [vocab.token_to_idx.get(t, 0) for t in line] + [vocab.token_to_idx["<eos>"]]
+        ids = ids[:num_steps] + [vocab.token_to_idx["<pad>"]] * (num_steps - len(ids))
+        rows.append([vocab.idx_to_token[i] for i in ids])
+    return rows
+
+
+def test_book_parity_mode_on_real_corpus(real_cfg):
+    cfg = real_cfg.copy_and_resolve_references()
+    cfg.update(
+        train_split="full[:601]",
+        tokenizer="word",
+        shared_vocab=False,
+        min_freq=2,
+        max_src_len=10,
+        max_tgt_len=10,
+        batch_size=64,
+        bucketing=False,
+    )
+    pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    # The book, transcribed: preprocess the raw text, tokenize_nmt(text, 600), Vocab, arrays.
+    with zipfile.ZipFile(cfg.zip_path) as archive:
+        raw = archive.read("fra-eng/fra.txt").decode("utf-8")
+    from tests.test_data_preprocessing import _book_preprocess_nmt
+
+    text = _book_preprocess_nmt("\n".join(raw.split("\n")[:700]))
+    source, target = [], []
+    for i, line in enumerate(text.split("\n")):
+        if i > 600:
+            break
+        parts = line.split("\t")
+        if len(parts) == 2:
+            source.append(parts[0].split(" "))
+            target.append(parts[1].split(" "))
+    assert len(source) == 601 == pipe.split_sizes["selected_train"]
+    reserved = ["<pad>", "<bos>", "<eos>"]
+    for ours, lines in ((pipe.src_tokenizer, source), (pipe.tgt_tokenizer, target)):
+        book = _BookVocab(lines, 2, reserved)
+        assert ours.vocab_size == len(book.idx_to_token)
+        assert [ours.id_to_token(i) for i in range(4, ours.vocab_size)] == book.idx_to_token[4:]
+    # One epoch of batches covers 9 x 64 of the 601 examples; compare them as tokens.
+    it = pipe.train_iter
+    order = np.random.default_rng([cfg.shuffle_seed, 0]).permutation(601)
+    book_src = _book_build_array(source, _BookVocab(source, 2, reserved), 10)
+    book_tgt = _book_build_array(target, _BookVocab(target, 2, reserved), 10)
+    for b in range(it.batches_per_epoch):
+        batch = next(it)
+        for row, src_row, tgt_row, weights in zip(
+            order[b * 64 : (b + 1) * 64],
+            batch["src"][0],
+            batch["tgt_out"][0],
+            batch["tgt_weight"][0],
+            strict=True,
+        ):
+            assert [pipe.src_tokenizer.id_to_token(i) for i in src_row] == book_src[row]
+            assert [pipe.tgt_tokenizer.id_to_token(i) for i in tgt_row] == book_tgt[row]
+            assert weights.sum() == sum(t != "<pad>" for t in book_tgt[row])
+    assert (batch["src"] != PAD_ID).sum() == batch["src_len"].sum()
