@@ -56,41 +56,58 @@ class HeadOutput(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with a selectable scorer and an optional key/value cache.
+    """Multi-head attention with a selectable scorer and an optional decode cache.
 
-    `cache=True` marks causal self-attention, which in `config.decode` mode keeps the
-    projected keys and values of past positions in the `cache` collection, so each new
-    token costs O(T) instead of recomputing the prefix. Attention weights (B, H, T, S) are
-    recorded with `sow("intermediates", "attention_weights", ...)` for heatmaps.
+    In `config.decode` mode:
+    - `cache="self"` (causal self-attention) keeps the projected keys and values of past
+      positions in the `cache` collection, so each new token costs O(T) instead of
+      recomputing the prefix;
+    - `cache="memory"` (encoder–decoder attention) projects the encoder memory into keys
+      and values on the first step only and reuses them for every later step: the memory
+      does not change while a sentence is decoded, and re-projecting it (2·S·D² FLOPs per
+      layer per token) would cost more than the rest of the step together.
+    Attention weights (B, H, T, S) are recorded with
+    `sow("intermediates", "attention_weights", ...)` for heatmaps.
     """
 
     config: ModelConfig
-    cache: bool = False
+    cache: str | None = None  # None | "self" | "memory"
 
-    @nn.compact
+    def setup(self) -> None:
+        cfg = self.config
+        h, k, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
+        self.query = HeadProjection(h, k, cfg.use_bias, dt)
+        self.key = HeadProjection(h, k, cfg.use_bias, dt)
+        self.value = HeadProjection(h, k, cfg.use_bias, dt)
+        self.out = HeadOutput(cfg.model_dim, cfg.use_bias, dt)
+        if cfg.attention_kind == "additive":
+            a = cfg.additive_dim or k
+            init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
+            self.additive_query = self.param("additive_query", init, (h, k, a), jnp.float32)
+            self.additive_key = self.param("additive_key", init, (h, k, a), jnp.float32)
+            self.additive_v = self.param(
+                "additive_v", nn.initializers.normal(a**-0.5), (h, a), jnp.float32
+            )
+
+    @nn.compact  # cache variables are created lazily, on the first (init) call
     def __call__(self, x_q: Array, x_kv: Array, mask: Array | None = None) -> Array:
         """x_q: (B, T, D), x_kv: (B, S, D), mask: broadcastable to (B, H, T, S) -> (B, T, D)."""
         cfg = self.config
-        h, k, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
-        proj = lambda name: HeadProjection(h, k, cfg.use_bias, dt, name=name)  # noqa: E731
-        q = proj("query")(x_q)  # (B, H, T, K)
-        key = proj("key")(x_kv)  # (B, H, S, K)
-        value = proj("value")(x_kv)  # (B, H, S, K)
-
-        if self.cache and cfg.decode:
-            key, value, mask = self._update_cache(key, value)
+        q = self.query(x_q)  # (B, H, T, K)
+        if cfg.decode and self.cache == "self":
+            key, value, mask = self._update_self_cache(self.key(x_kv), self.value(x_kv))
+        elif cfg.decode and self.cache == "memory":
+            key, value = self._memory_key_value(x_kv)
+        else:
+            key, value = self.key(x_kv), self.value(x_kv)  # (B, H, S, K) each
 
         if cfg.attention_kind == "dot":
             scores = ops.dot_product_scores(q, key)  # (B, H, T, S)
         else:
-            a = cfg.additive_dim or k
-            init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
-            w_q = self.param("additive_query", init, (h, k, a), jnp.float32)
-            w_k = self.param("additive_key", init, (h, k, a), jnp.float32)
-            w_v = self.param("additive_v", nn.initializers.normal(a**-0.5), (h, a), jnp.float32)
-            q_f = jnp.einsum("BHTK,HKA->BHTA", q, w_q.astype(dt))
-            k_f = jnp.einsum("BHSK,HKA->BHSA", key, w_k.astype(dt))
-            scores = ops.additive_scores(q_f, k_f, w_v.astype(dt))  # (B, H, T, S)
+            dt = cfg.compute_dtype
+            q_f = jnp.einsum("BHTK,HKA->BHTA", q, self.additive_query.astype(dt))
+            k_f = jnp.einsum("BHSK,HKA->BHSA", key, self.additive_key.astype(dt))
+            scores = ops.additive_scores(q_f, k_f, self.additive_v.astype(dt))  # (B, H, T, S)
 
         deterministic = cfg.deterministic or cfg.attention_dropout_rate == 0
         out, weights = ops.attend(
@@ -102,13 +119,13 @@ class MultiHeadAttention(nn.Module):
             deterministic=deterministic,
         )  # (B, H, T, K), (B, H, T, S)
         self.sow("intermediates", "attention_weights", weights)
-        return HeadOutput(x_q.shape[-1], cfg.use_bias, dt, name="out")(out)  # (B, T, D)
+        return self.out(out)  # (B, T, D)
 
-    def _update_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array | None]:
+    def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array | None]:
         """Write this call's keys/values at the cache index; mask the unwritten slots.
 
         On the `init` call (which sizes the cache from a full-length target) nothing is
-        read back; the caller's mask is used. Afterwards each call appends T new positions.
+        read back and a causal mask is used. Afterwards each call appends T new positions.
         """
         initialized = self.has_variable("cache", "cached_key")
         cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
@@ -125,3 +142,27 @@ class MultiHeadAttention(nn.Module):
         # New query j sits at absolute position i + j and sees keys 0..i + j.
         mask = ops.causal_mask(num_new, max_len, offset=i)  # (1, 1, T, L)
         return cached_key.value, cached_value.value, mask
+
+    def _memory_key_value(self, memory: Array) -> tuple[Array, Array]:
+        """Project the memory (B, S, D) on the first decode step; reuse it afterwards."""
+        initialized = self.has_variable("cache", "memory_key")
+        if not initialized:
+            key, value = self.key(memory), self.value(memory)  # (B, H, S, K)
+            self.variable("cache", "memory_key", lambda: key)
+            self.variable("cache", "memory_value", lambda: value)
+            self.variable("cache", "memory_ready", lambda: jnp.array(False))
+            return key, value
+        ready = self.variable("cache", "memory_ready", lambda: jnp.array(False))
+        memory_key = self.variable("cache", "memory_key", lambda: None)
+        memory_value = self.variable("cache", "memory_value", lambda: None)
+
+        def project(module: MultiHeadAttention, x: Array) -> tuple[Array, Array]:
+            return module.key(x), module.value(x)
+
+        def reuse(module: MultiHeadAttention, x: Array) -> tuple[Array, Array]:
+            return memory_key.value, memory_value.value
+
+        key, value = nn.cond(ready.value, reuse, project, self, memory)
+        memory_key.value, memory_value.value = key, value
+        ready.value = jnp.array(True)
+        return key, value

@@ -48,10 +48,10 @@ class DecoderBlock(nn.Module):
         """self_mask: (1, 1, T, T) causal (ignored in decode mode, where the cache masks);
         memory: (B, S, D) encoder outputs; memory_mask: (B, 1, 1, S) source valid lengths."""
         cfg = self.config
-        self_attn = MultiHeadAttention(cfg, cache=True, name="self_attention")
+        self_attn = MultiHeadAttention(cfg, cache="self", name="self_attention")
         x = Residual(cfg, name="self_attention_residual")(x, lambda h: self_attn(h, h, self_mask))
         if memory is not None:
-            cross = MultiHeadAttention(cfg, name="cross_attention")
+            cross = MultiHeadAttention(cfg, cache="memory", name="cross_attention")
             x = Residual(cfg, name="cross_attention_residual")(
                 x, lambda h: cross(h, memory, memory_mask)
             )
