@@ -142,3 +142,12 @@ def test_too_small_corpus_is_a_clear_error(tmp_path, make_zip, make_cfg):
     zip_path = make_zip(tmp_path / "c.zip", ["Go.\tVa !", "Hi.\tSalut !"])
     with pytest.raises(ValueError, match=r"split '\w+' would be empty \(2 pairs read"):
         sources.load_split_pairs(make_cfg(zip_path), "train")
+
+
+def test_stale_build_from_another_zip_is_refused(tmp_path, make_cfg, small_zip, make_zip):
+    cfg = make_cfg(small_zip)
+    sources.load_split_pairs(cfg, "train")
+    other = make_zip(tmp_path / "other.zip", ["Go.\tVa !"] * 3)
+    cfg.zip_path = str(other)
+    with pytest.raises(ValueError, match=r"was built from a zip with sha256 .* Delete"):
+        sources.load_split_pairs(cfg, "train")

@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import fra_eng, preprocessing
+from transformer_jax.data import download, fra_eng, preprocessing
 
 
 def fra_eng_builder(cfg: ml_collections.ConfigDict) -> fra_eng.FraEng:
@@ -52,6 +52,7 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
     """The builder for `cfg.name`, built as array_record first if it is not on disk yet."""
     if cfg.name == config_lib.FRA_ENG:
         builder = fra_eng_builder(cfg)
+        _check_same_zip(builder, cfg)
     else:
         builder = catalogue_builder(cfg)
     # A no-op when the dataset is already in data_dir.
@@ -62,6 +63,20 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
         ),
     )
     return builder
+
+
+def _check_same_zip(builder: fra_eng.FraEng, cfg: ml_collections.ConfigDict) -> None:
+    """Refuses a dataset built from a different zip than the configured one (stale build)."""
+    if not (builder.is_prepared() and cfg.zip_path and Path(cfg.zip_path).is_file()):
+        return
+    built_from = builder.info.metadata.get("zip_sha256")
+    current = download.file_digests(cfg.zip_path)["sha256"]
+    if built_from and built_from != current:
+        raise ValueError(
+            f"the fra_eng dataset in {builder.data_path} was built from a zip with sha256 "
+            f"{built_from}, but data.zip_path={cfg.zip_path} has sha256 {current}. Delete "
+            f"{builder.data_path} to rebuild, or use another data.data_dir."
+        )
 
 
 def download_manual_dir(cfg: ml_collections.ConfigDict) -> Path:
