@@ -11,9 +11,13 @@ where it is importable and tested. Multi-host: start one process per host with
 
 from __future__ import annotations
 
+import sys
+
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from transformer_jax.training import config as config_lib
 from transformer_jax.training import distributed
 
 FLAGS = flags.FLAGS
@@ -37,8 +41,28 @@ def main(argv: list[str]) -> None:
     quiet_library_logs()
 
     logging.info("Config:\n%s", FLAGS.config)
+    try:  # before any data or compilation: a bad value fails in a second, with the fix
+        training.validate_config(
+            FLAGS.config, num_devices=jax.local_device_count(), process_count=jax.process_count()
+        )
+    except ValueError as error:
+        print(f"FATAL: invalid config: {error}", file=sys.stderr)
+        sys.exit(2)
     training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl parsing, but an unknown `--config.x=y` names the key and lists the valid ones."""
+    try:
+        return FLAGS(argv)
+    except (AttributeError, KeyError) as error:
+        spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+        message = spec and config_lib.unknown_override_message(
+            config_lib.load_config_file(spec), argv
+        )
+        print(f"FATAL: {message or error}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -149,3 +149,35 @@ def _check_choice(key: str, value, choices) -> None:
 def _check_int(key: str, value, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}.")
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """`path/to/config.py[:arg]` -> `get_config(arg)`, as ml_collections' `--config` flag does."""
+    import importlib.util
+
+    path, _, arg = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("_run_config", path)
+    if module_spec is None or module_spec.loader is None:
+        raise FileNotFoundError(f"config file {path!r} not found.")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None) if arg else module.get_config()
+
+
+def unknown_override_message(config: ml_collections.ConfigDict, argv: list[str]) -> str | None:
+    """For `--config.a.b=v` flags naming a key the config lacks: which one, and the valid keys."""
+    for arg in argv:
+        if not arg.startswith("--config."):
+            continue
+        dotted = arg[len("--config.") :].partition("=")[0]
+        section, path = config, []
+        for key in dotted.split("."):
+            if not isinstance(section, ml_collections.ConfigDict) or key not in section:
+                where = ".".join(path) or "the top level"
+                valid = sorted(section) if isinstance(section, ml_collections.ConfigDict) else []
+                return (
+                    f"Unknown config key {dotted!r} (in {arg!r}): {where} has no key {key!r}. "
+                    f"Valid keys there: {', '.join(valid)}."
+                )
+            section, path = section[key], [*path, key]
+    return None

@@ -60,12 +60,11 @@ class DataParallel:
     def put_replicated(self, tree: Any) -> Any:
         """Host pytree -> replicated on devices (pmap: leading local-device axis)."""
         if self.kind == "pmap":
-            # A stacked copy per local device, laid out as pmap lays out its own outputs.
+            # One copy per local device, through pmap itself: the arrays then carry exactly
+            # the sharding of the step's outputs, so the donated state never forces a retrace.
             n = jax.local_device_count()
-            sharding = NamedSharding(Mesh(np.array(jax.local_devices()), ("local",)), P("local"))
-            return jax.tree.map(
-                lambda x: jax.device_put(np.broadcast_to(x, (n,) + np.shape(x)), sharding), tree
-            )
+            stacked = jax.tree.map(lambda x: np.broadcast_to(x, (n,) + np.shape(x)), tree)
+            return jax.pmap(lambda x: x, axis_name=AXIS)(stacked)
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(
             lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree
