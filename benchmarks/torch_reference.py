@@ -1,0 +1,86 @@
+"""The same Transformer in `torch.nn.Transformer`, for side-by-side speed tables (optional).
+
+Embeddings scaled by √D plus a sinusoidal table, torch.nn.Transformer (post-norm, ReLU,
+dropout 0.1, batch_first), an output projection, Adam, cross-entropy ignoring padding.
+Only imported when torch is installed (`pip install torch==2.13.0`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks.common import Setting
+
+
+class TorchSeq2Seq(nn.Module):
+    def __init__(self, s: Setting, dropout: float = 0.1):
+        super().__init__()
+        self.d = s.model_dim
+        self.src_embed = nn.Embedding(s.vocab, s.model_dim)
+        self.tgt_embed = nn.Embedding(s.vocab, s.model_dim)
+        pos = np.arange(1024)[:, None] / np.power(10000, np.arange(0, s.model_dim, 2) / s.model_dim)
+        table = np.zeros((1024, s.model_dim), np.float32)
+        table[:, 0::2], table[:, 1::2] = np.sin(pos), np.cos(pos)
+        self.register_buffer("pos", torch.from_numpy(table))
+        self.dropout = nn.Dropout(dropout)
+        self.transformer = nn.Transformer(
+            s.model_dim, s.num_heads, s.layers, s.layers, s.ffn_dim, dropout, batch_first=True
+        )
+        self.out = nn.Linear(s.model_dim, s.vocab)
+
+    def embed(self, table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        x = table(tokens) * math.sqrt(self.d) + self.pos[: tokens.shape[1]]
+        return self.dropout(x)
+
+    def forward(self, src, src_pad, tgt_in) -> torch.Tensor:
+        t = tgt_in.shape[1]
+        causal = nn.Transformer.generate_square_subsequent_mask(t)
+        h = self.transformer(
+            self.embed(self.src_embed, src),
+            self.embed(self.tgt_embed, tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
+        return self.out(h)
+
+
+def make_train_step(s: Setting, compile: bool = False):
+    """A closure running one Adam step on a fixed batch; returns the loss (synchronously)."""
+    torch.manual_seed(0)
+    model = TorchSeq2Seq(s)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=0)
+    forward = torch.compile(model) if compile else model
+
+    def step(batch):
+        src = torch.from_numpy(batch["src"]).long()
+        tgt_in = torch.from_numpy(batch["tgt_in"]).long()
+        tgt_out = torch.from_numpy(batch["tgt_out"]).long()
+        src_pad = src == 0
+        opt.zero_grad(set_to_none=True)
+        logits = forward(src, src_pad, tgt_in)
+        loss = loss_fn(logits.reshape(-1, s.vocab), tgt_out.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step, model
+
+
+def greedy_recompute(model: TorchSeq2Seq, src: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Greedy decoding by full recomputation over the prefix (no cache), as in d2l."""
+    model.eval()
+    with torch.no_grad():
+        src_pad = src == 0
+        tokens = torch.ones((src.shape[0], 1), dtype=torch.long)  # <bos>
+        for _ in range(max_len):
+            logits = model(src, src_pad, tokens)
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return tokens[:, 1:]
