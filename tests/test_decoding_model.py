@@ -19,12 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_DECODE_LEN = 12
 
 
-def make_model(seed: int = 0):
+def make_model(seed: int = 0, layers: int = 2):
     cfg = ModelConfig(
         src_vocab_size=23,
         tgt_vocab_size=13,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
         model_dim=32,
         num_heads=4,
         ffn_dim=64,
@@ -34,9 +34,32 @@ def make_model(seed: int = 0):
     rng = np.random.default_rng(seed)
     src = jnp.asarray(rng.integers(4, cfg.src_vocab_size, (6, 7)), jnp.int32)  # (B, S)
     src_len = jnp.asarray([7, 5, 3, 1, 7, 2], jnp.int32)  # (B,)
-    tgt = jnp.zeros((6, 4), jnp.int32)
-    params = Transformer(cfg).init(jax.random.key(seed), src, src_len, tgt)["params"]
-    return cfg, params, src, src_len
+    return cfg, random_params(cfg, seed), src, src_len
+
+
+def random_params(cfg: ModelConfig, seed: int = 0):
+    """Random parameters filled on the host from the model's parameter shapes.
+
+    Faster than `Transformer.init`, whose threefry random ops take XLA:CPU ~0.3 s each to
+    compile (~14 s for a 2+2 model on this machine). Kernels ~ N(0, 1/fan_in), embeddings
+    ~ N(0, 1/D), norm scales 1 and small random biases: a non-degenerate random model.
+    """
+    src = jnp.zeros((1, 2), jnp.int32)
+    shapes = jax.eval_shape(
+        Transformer(cfg).init, jax.random.key(0), src, jnp.ones((1,), jnp.int32), src
+    )["params"]
+    rng = np.random.default_rng(seed)
+
+    def fill(path, leaf):
+        name = str(path[-1].key)
+        if name == "scale":
+            return jnp.ones(leaf.shape, leaf.dtype)
+        if leaf.ndim == 1 or name == "bias":
+            return jnp.asarray(0.1 * rng.normal(size=leaf.shape), leaf.dtype)
+        fan_in = leaf.shape[-1] if name == "embedding" else leaf.shape[0]
+        return jnp.asarray(rng.normal(size=leaf.shape) / np.sqrt(fan_in), leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(fill, shapes)
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +81,20 @@ def test_cached_greedy_equals_full_recomputation(model):
 def test_greedy_matches_step_by_step_argmax_of_the_parallel_model(model):
     """An independent reference: grow the prefix on the host, argmax of the full model."""
     cfg, params, src, src_len = model
-    tokens = np.asarray(greedy_decode(cfg, params, src, src_len, max_decode_len=6))
-    prefix = np.ones((src.shape[0], 1), np.int32)  # <bos>
-    for i in range(6):
-        logits = Transformer(cfg).apply({"params": params}, src, src_len, jnp.asarray(prefix))
-        nxt = np.asarray(jnp.argmax(logits[:, -1], axis=-1))
+    steps = 6
+    tokens = np.asarray(greedy_decode(cfg, params, src, src_len, max_decode_len=steps))
+    forward = jax.jit(
+        lambda prefix: Transformer(cfg).apply({"params": params}, src, src_len, prefix)
+    )
+    # One fixed width: the causal decoder's logits at i ignore the <pad> tail of the prefix.
+    prefix = np.zeros((src.shape[0], steps), np.int32)
+    prefix[:, 0] = 1  # <bos>
+    for i in range(steps):
+        nxt = np.asarray(jnp.argmax(forward(jnp.asarray(prefix))[:, i], axis=-1))
         done = (tokens[:, :i] == 2).any(axis=1)
         np.testing.assert_array_equal(tokens[~done, i], nxt[~done])
-        prefix = np.concatenate([prefix, nxt[:, None]], axis=1)
+        if i + 1 < steps:
+            prefix[:, i + 1] = nxt
 
 
 def test_cached_beam_equals_full_recomputation(model):
@@ -106,7 +135,7 @@ def test_sharded_decoding_on_two_devices_matches_one_device():
         from tests.test_decoding_model import make_model
         from transformer_jax.decoding import beam_decode, greedy_decode, sharded_decoder
         assert jax.local_device_count() == 2, jax.devices()
-        cfg, params, src, src_len = make_model()
+        cfg, params, src, src_len = make_model(layers=1)
         for beam in (1, 3):
             fn = sharded_decoder(cfg, beam_size=beam, max_decode_len=12, alpha=0.6)
             got = fn(params, src, src_len)
