@@ -1,0 +1,82 @@
+"""The book's sentence BLEU against hand-computed values, and the sacrebleu wrappers."""
+
+import math
+
+import pytest
+import sacrebleu
+
+from transformer_jax.evaluation import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
+
+
+def test_exact_match_is_one():
+    assert book_bleu("il est calme .", "il est calme .", k=2) == 1.0
+    assert book_bleu("va !", "va !", k=2) == 1.0
+
+
+def test_book_examples_by_hand():
+    # pred "il est bon ." vs label "il est calme .": p1 = 3/4 (il, est, .); of the bigrams
+    # "il est", "est bon", "bon ." only "il est" matches: p2 = 1/3. No brevity penalty.
+    want = (3 / 4) ** 0.5 * (1 / 3) ** 0.25
+    assert book_bleu("il est bon .", "il est calme .", k=2) == pytest.approx(want)
+    # pred "je suis chez moi" (4) vs label "je suis chez moi ." (5): BP = exp(1 - 5/4);
+    # p1 = 4/4, p2 = 3/3.
+    assert book_bleu("je suis chez moi", "je suis chez moi .", k=2) == pytest.approx(
+        math.exp(1 - 5 / 4)
+    )
+    # "j'ai perdu ." vs "j'ai perdu ." is exact; a longer prediction gets no bonus:
+    # "j'ai perdu perdu ." (4) vs label (3): p1 = 3/4 (clipped: "perdu" counted once),
+    # p2 = 2/3 ("j'ai perdu", "perdu perdu", "perdu ." -> 2 match); BP = 1.
+    want = (3 / 4) ** 0.5 * (2 / 3) ** 0.25
+    assert book_bleu("j'ai perdu perdu .", "j'ai perdu .", k=2) == pytest.approx(want)
+
+
+def test_k_weights_higher_orders_by_one_over_two_to_the_n():
+    # "a b c e" vs "a b c d": p1 = 3/4, p2 = 2/3 ("a b", "b c"), p3 = 1/2 ("a b c").
+    pred, label = "a b c e", "a b c d"
+    p = [3 / 4, 2 / 3, 1 / 2]
+    for k in (1, 2, 3):
+        want = math.prod(p[n - 1] ** (0.5**n) for n in range(1, k + 1))
+        assert book_bleu(pred, label, k=k) == pytest.approx(want)
+
+
+def test_prediction_shorter_than_k_uses_only_available_ngrams():
+    # d2l 1.0: n runs to min(k, len_pred). "va" (1 token) vs "va !": BP = exp(1 - 2/1),
+    # p1 = 1; no bigram term (the 0.17 code would divide by zero here).
+    assert book_bleu("va", "va !", k=2) == pytest.approx(math.exp(-1.0))
+    assert book_bleu("va", "va !", k=4) == pytest.approx(math.exp(-1.0))
+
+
+def test_no_overlap_and_empty_prediction_score_zero():
+    assert book_bleu("bonjour", "va !", k=2) == 0.0
+    # "".split(" ") == [""]: one empty token, precision 0.
+    assert book_bleu("", "va !", k=2) == 0.0
+
+
+def test_k_must_be_positive():
+    with pytest.raises(ValueError, match="k must be"):
+        book_bleu("a", "a", k=0)
+
+
+def test_detokenize_book_undoes_punctuation_spacing():
+    assert detokenize_book("je suis chez moi .") == "je suis chez moi."
+    assert detokenize_book("va , vite !") == "va, vite!"
+    assert detokenize_book("qui ? moi .") == "qui? moi."
+
+
+def test_corpus_scores_match_sacrebleu():
+    hyps = ["Le chat est sur le tapis.", "Il fait beau aujourd'hui."]
+    refs = ["Le chat est sur le tapis.", "Il fait très beau aujourd'hui."]
+    assert corpus_bleu(hyps, refs) == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert corpus_chrf(hyps, refs) == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert corpus_bleu(refs, refs) == pytest.approx(100.0)
+    assert 0.0 < corpus_bleu(hyps, refs) < 100.0
+    assert 0.0 < corpus_chrf(hyps, refs) < 100.0
+
+
+def test_corpus_scores_reject_mismatched_inputs():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        corpus_bleu(["a", "b"], ["a"])
+    with pytest.raises(TypeError, match="lists of sentences"):
+        corpus_chrf("a b", "a b")
+    with pytest.raises(ValueError, match="no sentences"):
+        corpus_bleu([], [])

@@ -1,0 +1,126 @@
+"""`decoding.translate` and `attention_weights` on text, with a stub word tokenizer."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.test_decoding_model import random_params
+from transformer_jax.decoding import (
+    DecodingWarning,
+    attention_weights,
+    decode_ids,
+    greedy_decode,
+    source_ids,
+    translate,
+)
+from transformer_jax.nn import ModelConfig
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+class StubTokenizer:
+    """Space-separated words; unknown words -> <unk> (3); decode stops at <eos>."""
+
+    def __init__(self, words):
+        self.tokens = SPECIALS + list(words)
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+
+    @property
+    def vocab_size(self):
+        return len(self.tokens)
+
+    def encode(self, text):
+        return [self.ids.get(w, 3) for w in text.split(" ")]
+
+    def decode(self, ids):
+        out = []
+        for i in ids:
+            if i == 2:
+                break
+            if i > 1:
+                out.append(self.tokens[i])
+        return " ".join(out)
+
+
+SRC = StubTokenizer("go i lost he's calm i'm home . !".split())
+TGT = StubTokenizer("va j'ai perdu il est calme je suis chez moi . !".split())
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = ModelConfig(
+        src_vocab_size=SRC.vocab_size,
+        tgt_vocab_size=TGT.vocab_size,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        model_dim=32,
+        num_heads=4,
+        ffn_dim=64,
+        max_len=16,
+    )
+    return cfg, random_params(cfg, seed=2)
+
+
+def test_unknown_words_map_to_unk_and_eos_is_appended():
+    assert source_ids(SRC, "go zzz .", 16) == [4, 3, 11, 2]
+
+
+def test_translate_equals_decoding_each_sentence_alone(model):
+    """Sorting, bucketing and batch padding must not change any translation."""
+    cfg, params = model
+    sentences = ["go .", "i lost .", "he's calm .", "i'm home .", "go go go home !"]
+    got = translate(cfg, params, SRC, TGT, sentences, batch_size=2, max_decode_len=8)
+    assert len(got) == len(sentences)
+    for sentence, text in zip(sentences, got, strict=True):
+        ids = source_ids(SRC, sentence, cfg.max_len)
+        src = jnp.asarray([ids], jnp.int32)
+        alone = greedy_decode(cfg, params, src, jnp.asarray([len(ids)]), max_decode_len=8)
+        assert text == TGT.decode(np.asarray(alone)[0].tolist())
+    assert any(got)  # a random model still says something for some sentence
+
+
+def test_beam_translate_runs_and_beam_one_is_greedy(model):
+    cfg, params = model
+    sentences = ["go .", "i lost ."]
+    greedy = translate(cfg, params, SRC, TGT, sentences, max_decode_len=8)
+    assert translate(cfg, params, SRC, TGT, sentences, max_decode_len=8, beam_size=1) == greedy
+    beams = translate(cfg, params, SRC, TGT, sentences, max_decode_len=8, beam_size=3)
+    assert len(beams) == 2 and all(isinstance(t, str) for t in beams)
+
+
+def test_empty_sentence_gets_a_message_not_a_crash(model):
+    cfg, params = model
+    with pytest.warns(DecodingWarning, match="#1 is empty"):
+        out = translate(cfg, params, SRC, TGT, ["go .", "   ", "i lost ."], max_decode_len=8)
+    assert out[1] == ""
+    assert out[0] == translate(cfg, params, SRC, TGT, ["go ."], max_decode_len=8)[0]
+    with pytest.warns(DecodingWarning):
+        assert translate(cfg, params, SRC, TGT, [""], max_decode_len=8) == [""]
+
+
+def test_overlong_source_is_truncated_with_a_warning(model):
+    cfg, params = model
+    long = " ".join(["go"] * 30)  # 31 ids with <eos> > max_len 16
+    with pytest.warns(DecodingWarning, match="31 tokens with <eos>, more than the limit 16"):
+        ids = source_ids(SRC, long, cfg.max_len)
+    assert ids == [4] * 16
+    with pytest.warns(DecodingWarning, match="limit 16"):
+        out = translate(cfg, params, SRC, TGT, [long], max_decode_len=8)
+    (kept,) = decode_ids(cfg, params, [[4] * 16], max_decode_len=8)  # the first 16 ids
+    assert out == [TGT.decode(kept.tolist())]
+    with pytest.warns(DecodingWarning, match="limit 5"):
+        translate(cfg, params, SRC, TGT, ["go go go go go ."], max_decode_len=8, max_src_len=5)
+
+
+def test_attention_weights_are_trimmed_to_real_tokens(model):
+    cfg, params = model
+    src = source_ids(SRC, "i lost .", cfg.max_len)  # 4 ids
+    tgt = TGT.encode("j'ai perdu .")  # decoder reads <bos> + 3
+    maps = attention_weights(cfg, params, src, tgt)
+    assert maps.encoder_self.shape == (1, 4, 4, 4)
+    assert maps.decoder_self.shape == (1, 4, 4, 4)
+    assert maps.cross.shape == (1, 4, 4, 4)
+    for w in (maps.encoder_self, maps.decoder_self, maps.cross):
+        np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)  # nothing on padding
+    assert np.all(np.triu(maps.decoder_self[0, 0], k=1) == 0.0)  # causal
+    assert maps.tgt_tokens[0] == "<bos>" and len(maps.src_tokens) == 4
