@@ -140,47 +140,49 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             )
         ckpt.save_checkpoint(manager, host_state, train_iter.get_state(), vocab_meta)
 
-    # ---------------------------------------------------------------- train loop
-    progress = Progress(total_steps, start_step)
-    pending: list[tuple[int, Any]] = []  # (step, device metrics) not yet fetched
-    summary: dict[str, float] = {}
-    final: dict[str, float] | None = None
-    for step in range(start_step + 1, total_steps + 1):
-        batch = parallel.put_batch(next(train_iter))
-        device_state, metrics = p_train_step(device_state, batch)
-        pending.append((step, metrics))  # stays on device: no host sync in the hot loop
+    try:
+        # ---------------------------------------------------------------- train loop
+        progress = Progress(total_steps, start_step)
+        pending: list[tuple[int, Any]] = []  # (step, device metrics) not yet fetched
+        summary: dict[str, float] = {}
+        final: dict[str, float] | None = None
+        for step in range(start_step + 1, total_steps + 1):
+            batch = parallel.put_batch(next(train_iter))
+            device_state, metrics = p_train_step(device_state, batch)
+            pending.append((step, metrics))  # stays on device: no host sync in the hot loop
 
-        last = step == total_steps
-        do_eval = last or (config.eval_every_steps and step % config.eval_every_steps == 0)
-        do_save = last or (
-            config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0
-        )
-        if step % config.log_every_steps == 0 or do_eval or do_save:
-            # ------------------------------------------------------------ fetch and log
-            host = [(s, parallel.get_replicated(m)) for s, m in pending]
-            pending.clear()
-            _check_finite(host)
-            summary = summarize(sum_tree([m for _, m in host]))
-            summary["learning_rate"] = float(host[-1][1]["learning_rate"])
-            summary["grad_norm"] = float(np.mean([m["grad_norm"] for _, m in host]))
-            summary["epoch"] = train_iter.epoch
-            line = progress.line(step, summary, f" | epoch {train_iter.epoch}")
-            summary["steps_per_sec"] = progress.steps_per_sec
-            summary["tokens_per_sec"] = progress.tokens_per_sec
-            writer.write(step, "train", summary)
-            log(line)
-        if do_save:
-            checkpoint(step)  # asynchronous write; NaN states never get here
-        if do_eval:
-            final = evaluate(step)
+            last = step == total_steps
+            do_eval = last or (config.eval_every_steps and step % config.eval_every_steps == 0)
+            do_save = last or (
+                config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0
+            )
+            if step % config.log_every_steps == 0 or do_eval or do_save:
+                # ------------------------------------------------------------ fetch and log
+                host = [(s, parallel.get_replicated(m)) for s, m in pending]
+                pending.clear()
+                _check_finite(host)
+                summary = summarize(sum_tree([m for _, m in host]))
+                summary["learning_rate"] = float(host[-1][1]["learning_rate"])
+                summary["grad_norm"] = float(np.mean([m["grad_norm"] for _, m in host]))
+                summary["epoch"] = train_iter.epoch
+                line = progress.line(step, summary, f" | epoch {train_iter.epoch}")
+                summary["steps_per_sec"] = progress.steps_per_sec
+                summary["tokens_per_sec"] = progress.tokens_per_sec
+                writer.write(step, "train", summary)
+                log(line)
+            if do_save:
+                checkpoint(step)  # asynchronous write; NaN states never get here
+            if do_eval:
+                final = evaluate(step)
 
-    # ---------------------------------------------------------------- final evaluation
-    manager.wait_until_finished()
-    if final is None:  # nothing left to train: the checkpoint was already at the last step
-        log("Nothing to train: the checkpoint is at step %d of %d.", start_step, total_steps)
-        final = evaluate(start_step)
-    manager.close()
-    writer.close()
+        # ---------------------------------------------------------------- final evaluation
+        if final is None:  # nothing left to train: the checkpoint was already at the last step
+            log("Nothing to train: the checkpoint is at step %d of %d.", start_step, total_steps)
+            final = evaluate(start_step)
+    finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
+        manager.wait_until_finished()
+        manager.close()
+        writer.close()
     final["train_loss"] = summary.get("loss", float("nan"))
     log("Final validation: %s", json.dumps({k: round(v, 4) for k, v in final.items()}))
     return final

@@ -1,0 +1,85 @@
+"""configs/fra_eng.py variants and whole-config validation (before anything compiles)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from configs import fra_eng
+from tests.test_step_parallel import REPO, subprocess_env
+from transformer_jax.training import config as config_lib
+
+
+@pytest.mark.parametrize("arg", [None, "d2l", "runlocal", "variant=small,runlocal", "base"])
+def test_every_variant_validates(arg):
+    config_lib.validate_config(fra_eng.get_config(arg), num_devices=1)
+
+
+def test_d2l_variant_is_the_books_setting():
+    c = fra_eng.get_config("d2l")
+    m = c.model
+    assert (m.num_encoder_layers, m.num_decoder_layers, m.model_dim, m.num_heads, m.ffn_dim) == (
+        2, 2, 32, 4, 64,
+    )  # fmt: skip
+    assert m.dropout_rate == m.attention_dropout_rate == 0.1
+    assert c.data.train_split == "full[:600]" and c.data.tokenizer == "word"
+    assert c.data.min_freq == 2 and c.data.max_src_len == c.data.max_tgt_len == 10
+    assert c.data.batch_size == 64
+    assert (c.optimizer, c.schedule, c.learning_rate, c.clip_norm) == ("adam", "constant", 0.005, 1)
+    assert c.label_smoothing == 0.0 and c.num_epochs == 200 and c.num_train_steps == 0
+
+
+def test_epochs_are_converted_to_steps_in_one_place():
+    c = fra_eng.get_config("d2l")
+    assert config_lib.resolve_num_train_steps(c, steps_per_epoch=9) == 1800
+    c.num_epochs, c.num_train_steps = 0, 77
+    assert config_lib.resolve_num_train_steps(c, steps_per_epoch=9) == 77
+
+
+def test_bad_variant_argument_lists_the_choices():
+    with pytest.raises(ValueError, match="d2l"):
+        fra_eng.get_config("huge")
+    with pytest.raises(ValueError, match="runlocal"):
+        fra_eng.get_config("runlocal=yes")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.update({"learning_rat": 1.0}), "unknown \\['learning_rat'\\].*learning_rate"),
+        (lambda c: c.update({"parallelism": "dp"}), "pmap.*shard_map"),
+        (lambda c: c.update({"optimizer": "sgd"}), "adam"),
+        (lambda c: c.update({"num_epochs": 3}), "exactly one of num_train_steps"),
+        (lambda c: c.update({"grad_accum_steps": 3}), "must divide the per-device batch"),
+        (lambda c: c.update({"label_smoothing": 1.0}), "label_smoothing"),
+        (lambda c: c.eval.update({"beam_size": 0}), "eval.beam_size"),
+        (lambda c: c.model.update({"num_heads": 3}), "num_heads"),
+        (lambda c: c.data.update({"tokenizer": "bpe"}), "sentencepiece"),
+        (lambda c: c.model.update({"max_len": 8}), "max_len"),
+    ],
+)
+def test_validation_names_the_value_and_the_fix(change, message):
+    c = fra_eng.get_config()
+    change(c)
+    with pytest.raises(ValueError, match=message):
+        config_lib.validate_config(c, num_devices=1)
+
+
+def test_unknown_override_lists_the_valid_keys():
+    c = fra_eng.get_config()
+    message = config_lib.unknown_override_message(c, ["--config.data.batchsize=3"])
+    assert "data.batchsize" in message and "batch_size" in message
+    assert config_lib.unknown_override_message(c, ["--config.data.batch_size=3"]) is None
+
+
+def test_launcher_rejects_an_unknown_key_before_training(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "--config=configs/fra_eng.py:runlocal",
+         f"--workdir={tmp_path}", "--config.eval.beam=4"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "Unknown config key 'eval.beam'" in result.stderr and "beam_size" in result.stderr
+    assert not (tmp_path / "checkpoints").exists()

@@ -1,0 +1,187 @@
+"""End to end on a slice of the real corpus: train, checkpoint, SIGKILL, resume, evaluate.
+
+Everything runs through the launcher (`python -m experiments.train`, which calls
+`training.train_and_evaluate`) in subprocesses that share a JAX compilation cache; see
+`tests/test_step_parallel.py` for the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from tests.test_step_parallel import REPO, subprocess_env
+from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.training import checkpoints as ckpt
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"),
+]
+
+STEPS, EVERY = 300, 100
+# The tiny model on 1000 training pairs, one padded shape (no bucketing): few compiles.
+FLAGS = [
+    "--config=configs/fra_eng.py:runlocal",
+    "--config.data.train_split=train[:1000]",
+    "--config.data.bucketing=False",
+    "--config.data.max_src_len=8",
+    "--config.data.max_tgt_len=8",
+    "--config.data.num_eval_examples=64",
+    f"--config.num_train_steps={STEPS}",
+    f"--config.checkpoint_every_steps={EVERY}",
+    f"--config.eval_every_steps={STEPS}",
+    "--config.log_every_steps=50",
+    "--config.keep_checkpoints=2",
+    "--config.eval.num_bleu_examples=8",
+]
+
+
+def launch(workdir: Path, *extra: str, devices: int | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.train", f"--workdir={workdir}", *FLAGS, *extra],
+        cwd=REPO,
+        env=subprocess_env(devices),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-6000:]
+    return output
+
+
+def flat_params(workdir: Path, step: int | None = None) -> np.ndarray:
+    return np.asarray(ravel_pytree(ckpt.load_for_inference(workdir, step).params)[0])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    log = finish(launch(workdir))
+    assert "Final validation" in log and "BLEU" in log, log[-3000:]
+    return workdir
+
+
+def test_run_writes_a_complete_workdir(uninterrupted):
+    assert (uninterrupted / "config.json").is_file()
+    config = ckpt.load_config(uninterrupted)
+    assert config.num_train_steps == STEPS and config.data.max_src_len == 8
+    assert sorted(int(p.name) for p in (uninterrupted / "checkpoints").iterdir()) == [200, 300]
+    assert list((uninterrupted / "tensorboard").glob("events.out.tfevents.*"))
+    records = [json.loads(line) for line in (uninterrupted / "metrics.jsonl").open()]
+    train = [r for r in records if r["split"] == "train"]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in train] == list(range(50, STEPS + 1, 50))
+    assert train[-1]["loss"] < train[0]["loss"] - 0.5, "the loss did not go down"
+    assert all(r["tokens_per_sec"] > 0 for r in train[1:])
+    assert [r["step"] for r in evals] == [STEPS]
+    assert {"nll", "accuracy", "perplexity", "bleu"} <= set(evals[0])
+    assert np.isclose(evals[0]["perplexity"], np.exp(evals[0]["nll"]))
+
+
+def test_killed_run_resumes_to_the_same_parameters(uninterrupted, tmp_path):
+    workdir = tmp_path / "killed"
+    process = launch(workdir)
+    first = workdir / "checkpoints" / str(EVERY)
+    deadline = time.monotonic() + 300
+    while not first.is_dir() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, f"finished before the kill:\n{output[-3000:]}"
+    saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved and saved[-1] < STEPS, saved
+
+    log = finish(launch(workdir))  # the same command again
+    assert f"Resumed from step {saved[-1]}" in log, log[-3000:]
+    np.testing.assert_array_equal(flat_params(workdir), flat_params(uninterrupted))
+
+
+def test_inference_bundle_translates(uninterrupted):
+    from transformer_jax.decoding import translate
+
+    bundle = ckpt.load_for_inference(uninterrupted)
+    assert bundle.step == STEPS and bundle.model_config.deterministic
+    out = translate(
+        bundle.model_config,
+        bundle.params,
+        bundle.src_tokenizer,
+        bundle.tgt_tokenizer,
+        ["i am cold .", "go !"],
+        max_decode_len=8,
+    )
+    assert len(out) == 2 and all(isinstance(s, str) for s in out)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path, caplog):
+    workdir = tmp_path / "corrupt"
+    shutil.copytree(uninterrupted, workdir)
+    for path in (workdir / "checkpoints" / str(STEPS) / "state").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"garbage")
+    bundle = ckpt.load_for_inference(workdir)  # read-only: reports, does not move anything
+    assert bundle.step == STEPS - EVERY
+    assert "corrupt" in caplog.text and str(STEPS) in caplog.text
+
+    # Training's restore moves the bad step aside, so the resumed run can save it again.
+    config = ckpt.load_config(workdir)
+    manager = ckpt.make_manager(workdir, keep=2)
+    from transformer_jax.training.optimizer import make_optimizer
+    from transformer_jax.training.state import abstract_train_state
+
+    tx, _ = make_optimizer(config, bundle.model_config.model_dim)
+    state, data_state, meta = ckpt.restore_latest(
+        manager, abstract_train_state(bundle.model_config, tx)
+    )
+    manager.close()
+    assert int(state.step) == STEPS - EVERY and data_state["position"] >= 0
+    assert meta["src_vocab_size"] == bundle.src_tokenizer.vocab_size
+    assert not (workdir / "checkpoints" / str(STEPS)).exists()
+    assert list((workdir / ckpt.CORRUPT_DIR).iterdir())
+
+
+def test_nan_loss_stops_the_run_and_is_never_saved(tmp_path):
+    # lr 1e30: the first Adam update sends weights to ~1e30 (finite, saved), the next forward
+    # pass overflows: the loss of step 2 is NaN.
+    process = launch(
+        tmp_path / "nan",
+        "--config.schedule=constant",
+        "--config.learning_rate=1e30",
+        "--config.num_train_steps=5",
+        "--config.checkpoint_every_steps=1",
+        "--config.log_every_steps=1",
+        "--config.eval.num_bleu_examples=0",
+    )
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode != 0
+    assert "NonFiniteLossError" in output and "at step 2" in output, output[-3000:]
+    saved = sorted(p.name for p in (tmp_path / "nan" / "checkpoints").iterdir())
+    assert saved == ["1"], saved  # complete; no temporary or NaN step 2 directory
+
+
+def test_no_checkpoint_error_names_directory_and_command(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ckpt.NoCheckpointError, match="experiments.train") as error:
+        ckpt.load_for_inference(tmp_path)
+    assert str(tmp_path / "checkpoints") in str(error.value)
+    with pytest.raises(ckpt.NoCheckpointError, match="not a training workdir"):
+        ckpt.load_for_inference(tmp_path / "missing")
+
+
+def test_process_environment_is_unchanged():
+    # These tests must not leak fake devices into the session (other tests assume 1 device).
+    assert "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
