@@ -152,17 +152,23 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _series(records: Iterable[Mapping[str, Any]], step_key: str) -> dict[str, tuple[list, list]]:
-    """{metric: (steps, values)} for every finite numeric field of records with a step."""
+    """{metric: (steps, values)} for every finite numeric field of records with a step.
+
+    Records with a "split" (the training metrics log writes "train" / "eval") name their
+    series "<split>/<field>", so train and eval curves of one field stay apart.
+    """
     out: dict[str, tuple[list, list]] = {}
     for rec in records:
         if step_key not in rec:
             continue
+        split = rec.get("split")
         for key, value in rec.items():
             if key == step_key or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             if not math.isfinite(value):
                 continue
-            steps, values = out.setdefault(key, ([], []))
+            name = f"{split}/{key}" if isinstance(split, str) else key
+            steps, values = out.setdefault(name, ([], []))
             steps.append(rec[step_key])
             values.append(value)
     return out
@@ -176,13 +182,13 @@ def plot_training_curves(
 ) -> Path:
     """Loss and BLEU/chrF against step from a metrics log (JSONL path or list of records).
 
-    Every numeric field whose name contains "loss" goes on the left panel, every field with
-    "bleu" or "chrf" on the right one (panels without data are left out).
+    Every numeric field whose name contains "loss" or "nll" goes on the left panel, every
+    field with "bleu" or "chrf" on the right one (panels without data are left out).
     """
     records = read_metrics(metrics) if isinstance(metrics, str | Path) else list(metrics)
     series = _series(records, step_key)
     groups = [
-        ("Loss", [k for k in series if "loss" in k.lower()]),
+        ("Loss", [k for k in series if "loss" in k.lower() or "nll" in k.lower()]),
         ("BLEU / chrF", [k for k in series if "bleu" in k.lower() or "chrf" in k.lower()]),
     ]
     groups = [(title, keys) for title, keys in groups if keys]

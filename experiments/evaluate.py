@@ -1,0 +1,56 @@
+r"""Evaluate a trained run on its test split: flags in, `evaluation.evaluate_workdir` out.
+
+    python -m experiments.evaluate --workdir=runs/fra_eng
+    python -m experiments.evaluate --workdir=runs/fra_eng --beam_size=4 --num_examples=500
+
+Writes eval_report.json, eval_report.md and training_curves.png into the workdir and prints
+the Markdown report.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
+flags.DEFINE_enum("split", "test", ["test", "eval"], "Which split of the run's data to score.")
+flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
+flags.DEFINE_integer("beam_size", None, "Default: the run's eval.beam_size.")
+flags.DEFINE_float("alpha", 0.6, "Beam search length penalty exponent.")
+flags.DEFINE_integer("max_decode_len", None, "Default: eval.max_decode_len or data.max_tgt_len.")
+flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default from config.")
+flags.DEFINE_integer("num_examples", 0, "Score only the first n pairs; 0 = all.")
+flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir
+    from transformer_jax.training.checkpoints import NoCheckpointError
+
+    try:
+        evaluate_workdir(
+            FLAGS.workdir,
+            split=FLAGS.split,
+            step=FLAGS.step,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            max_decode_len=FLAGS.max_decode_len,
+            batch_size=FLAGS.batch_size,
+            num_examples=FLAGS.num_examples,
+            num_samples=FLAGS.num_samples,
+        )
+    except (NoCheckpointError, ValueError) as error:
+        print(f"FATAL: {error}", file=sys.stderr)
+        sys.exit(2)
+    from pathlib import Path
+
+    print((Path(FLAGS.workdir) / REPORT_MD).read_text())
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,52 @@
+r"""Translate sentences with a trained run: flags in, `evaluation.translate_workdir` out.
+
+    python -m experiments.translate --workdir=runs/fra_eng "go ." "i lost ."
+    python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 < sentences.txt
+    python -m experiments.translate --workdir=runs/fra_eng --input_file=sentences.txt \
+        --attention_plot=attention.png "he's calm ."
+
+Sentences come from the command line, else `--input_file` (one per line), else stdin.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
+flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
+flags.DEFINE_integer("beam_size", 1, "1 = greedy search; > 1 = beam search.")
+flags.DEFINE_float("alpha", 0.6, "Beam search length penalty exponent: ((5 + len) / 6)^alpha.")
+flags.DEFINE_integer("max_decode_len", None, "Most tokens per translation; default from config.")
+flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
+flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv: list[str]) -> None:
+    from transformer_jax.evaluation.translate_cli import read_sentences, translate_workdir
+    from transformer_jax.training.checkpoints import NoCheckpointError
+
+    sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+    if not sentences:
+        raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
+    try:
+        lines = translate_workdir(
+            FLAGS.workdir,
+            sentences,
+            step=FLAGS.step,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            max_decode_len=FLAGS.max_decode_len,
+            attention_plot=FLAGS.attention_plot,
+        )
+    except (NoCheckpointError, ValueError) as error:
+        print(f"FATAL: {error}", file=sys.stderr)
+        sys.exit(2)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    app.run(main)
