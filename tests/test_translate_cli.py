@@ -1,0 +1,120 @@
+"""The translate and evaluate commands on a tiny workdir trained for a few steps here."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_step_parallel import REPO, subprocess_env
+from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.evaluation import (
+    corpus_bleu,
+    detokenize_book,
+    evaluate_workdir,
+    read_sentences,
+    translate_workdir,
+)
+from transformer_jax.evaluation.report import CURVES_PNG, REPORT_JSON, REPORT_MD
+
+needs_corpus = pytest.mark.skipif(
+    not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The tiny runlocal model trained 4 steps on 500 pairs (one eval and checkpoint)."""
+    from configs import fra_eng
+    from transformer_jax.training import train_and_evaluate
+
+    c = fra_eng.get_config("runlocal")
+    c.data.train_split = "train[:500]"
+    c.data.bucketing = False
+    c.data.num_eval_examples = 16
+    c.data.batch_size = 16
+    c.num_train_steps = 4
+    c.log_every_steps = 2
+    c.eval_every_steps = c.checkpoint_every_steps = 4
+    c.eval.num_bleu_examples = 0  # the commands under test do the decoding
+    path = tmp_path_factory.mktemp("tiny_run")
+    train_and_evaluate(c, path)
+    return path
+
+
+def test_read_sentences_from_args_file_and_stdin(tmp_path):
+    assert read_sentences(["go .", "i lost ."]) == ["go .", "i lost ."]
+    f = tmp_path / "in.txt"
+    f.write_text("go .\n\ni lost .\n\n")
+    assert read_sentences([], str(f)) == ["go .", "", "i lost ."]
+    assert read_sentences([], None, io.StringIO("he's calm .\n")) == ["he's calm ."]
+    assert read_sentences([], "-", io.StringIO("a\nb")) == ["a", "b"]
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_translate_workdir_lines_messages_and_attention_plot(workdir, tmp_path):
+    plot = tmp_path / "att.png"
+    long = " ".join(["go"] * 20)
+    lines = translate_workdir(workdir, ["Go.", "", "i lost .", long], attention_plot=plot)
+    assert lines[0].startswith("go . => ")  # the book's preprocessing was applied
+    assert lines[1] == "[1] <empty input: nothing to translate>"
+    assert lines[2].startswith("i lost . => ")
+    assert lines[3].endswith("(input truncated to 10 tokens)")
+    assert lines[4] == f"Attention of 'go .' written to {plot}"
+    assert plot.stat().st_size > 1000
+    beam = translate_workdir(workdir, ["go ."], beam_size=3)
+    assert beam[0].startswith("go . => ")
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_evaluate_workdir_writes_a_consistent_report(workdir):
+    report = evaluate_workdir(workdir, num_examples=24, num_samples=24)
+    saved = json.loads((workdir / REPORT_JSON).read_text())
+    assert saved["bleu"] == pytest.approx(report["bleu"])
+    assert report["step"] == 4 and report["num_sentences"] == 24
+    # The corpus BLEU is sacrebleu's on the detokenised samples.
+    hyps = [detokenize_book(s["translation"]) for s in report["samples"]]
+    refs = [detokenize_book(s["reference"]) for s in report["samples"]]
+    assert report["bleu"] == pytest.approx(corpus_bleu(hyps, refs))
+    for key in ("chrf", "loss", "perplexity", "decode_tokens_per_sec", "book_bleu_k2_mean"):
+        assert report[key] >= 0.0, key
+    assert 0 < report["loss"] < 20 and report["decode_tokens_per_sec"] > 0
+    markdown = (workdir / REPORT_MD).read_text()
+    assert "| BLEU (sacrebleu, detokenised) |" in markdown
+    assert report["samples"][0]["source"] in markdown
+    assert (workdir / CURVES_PNG).stat().st_size > 1000
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_translate_command_reads_stdin(workdir):
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"],
+        input="go .\ni lost .\n",
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip().splitlines()
+    assert out[0].startswith("go . => ") and out[1].startswith("i lost . => ")
+
+
+def test_translate_command_without_checkpoint_says_how_to_train(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.translate", f"--workdir={tmp_path}", "go ."],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert "experiments.train" in proc.stderr
