@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
 from transformer_jax.decoding import model_decode
@@ -110,6 +111,8 @@ def decode_ids(
     cfg = model_config.replace(deterministic=True, decode=False)
     mesh = model_decode.local_mesh()
     num_devices = mesh.devices.size
+    # Once, replicated on every device: not a host-to-device copy per batch.
+    params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
     for start in range(0, len(order), batch_size):
@@ -226,6 +229,7 @@ def attention_weights(
 
 
 def _stack(blocks: Any, kind: str) -> np.ndarray:
+    """Sown weights of `kind` in every `block_i`, batch row 0, stacked -> (L, H, Q, K)."""
     layers = [
         np.asarray(blocks[f"block_{i}"][kind]["attention_weights"][0])[0]
         for i in range(len(blocks))
