@@ -1,7 +1,6 @@
 """Decoding a random-initialised Transformer: cache vs full recomputation, beam 1 vs greedy,
 and the batch split over two (forced host) devices."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.test_step_parallel import subprocess_env
 from transformer_jax.decoding import beam_decode, greedy_decode
 from transformer_jax.nn import ModelConfig, Transformer
 
@@ -149,10 +149,12 @@ def test_sharded_decoding_on_two_devices_matches_one_device():
         print("OK")
         """
     )
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=subprocess_env(devices=2),  # 2 host devices, compilation cache, fast compiles
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK" in proc.stdout
