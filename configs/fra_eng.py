@@ -60,6 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.model = model_configs.get_config("d2l")
         c.data.train_split = "full[:600]"
         c.data.tokenizer = "word"
+        c.data.shared_vocab = False  # the book builds one Vocab per language
         c.data.min_freq = 2
         c.data.max_src_len = c.data.max_tgt_len = 10
         c.data.batch_size = 64
@@ -74,24 +75,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.num_eval_examples = 1000
         c.eval.num_bleu_examples = 100
     else:
-        # The README's run: measured to take ~10 minutes on 2 CPU cores (see the report in
-        # the commit log) and to translate short everyday sentences sensibly.
+        # The README's run. Measured on 2 shared CPU cores (other jobs running): 10m46s wall
+        # in all (data, SentencePiece training, compile, 800 steps at ~1.4 steps/s or ~2k
+        # target tokens/s, two evaluations). Train loss (label-smoothed) 5.91 @50, 3.31 @200,
+        # 2.58 @400, 2.18 @600, 1.91 @800; validation NLL 2.30 / BLEU 4.2 @400 and
+        # NLL 1.63 (ppl 5.1), accuracy 0.65, BLEU 16.4 @800 (100 pairs, greedy). Beam 4:
+        # "i am cold ." -> "je suis froid .", "where is the station ?" -> "où est la gare ?".
         c.model = model_configs.get_config("d2l" if variant == "default" else variant)
         if variant == "default":
             c.model.num_encoder_layers = c.model.num_decoder_layers = 2
             c.model.model_dim, c.model.num_heads, c.model.ffn_dim = 128, 4, 512
             c.model.max_len = 64
         c.data.tokenizer = "sentencepiece"
-        c.data.vocab_size = 4000
-        c.data.max_src_len = c.data.max_tgt_len = 16
+        c.data.vocab_size = 2000  # the output softmax dominates the step time at D = 128
+        c.data.shared_vocab = False  # one SentencePiece model per language
+        c.data.max_src_len = c.data.max_tgt_len = 14  # most pairs fit; buckets 8 and 14
+        c.data.bucket_boundaries = (8, 14)
         c.data.batch_size = 128
-        c.schedule, c.learning_rate, c.warmup_steps = "paper", 2.0, 400
+        c.schedule, c.learning_rate, c.warmup_steps = "paper", 1.0, 400  # peak lr 4.4e-3
         c.label_smoothing = 0.1
-        c.num_train_steps = 3000
-        c.log_every_steps = 100
-        c.eval_every_steps = c.checkpoint_every_steps = 1000
-        c.data.num_eval_examples = 2000
-        c.eval.num_bleu_examples = 200
+        c.num_train_steps = 800
+        c.log_every_steps = 50
+        c.eval_every_steps = 400
+        c.checkpoint_every_steps = 200
+        c.data.num_eval_examples = 1000
+        c.eval.num_bleu_examples = 100
 
     if args["runlocal"]:
         # Seconds, not minutes: a tiny model on a slice of the corpus.
@@ -99,6 +107,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.train_split = "train[:2000]"
         c.data.tokenizer = "word"
         c.data.max_src_len = c.data.max_tgt_len = 10
+        c.data.bucket_boundaries = ()
         c.data.batch_size = 32
         c.data.num_eval_examples = 64
         c.num_epochs, c.num_train_steps = 0, 20

@@ -11,6 +11,7 @@ where it is importable and tested. Multi-host: start one process per host with
 
 from __future__ import annotations
 
+import os
 import sys
 
 import jax
@@ -28,12 +29,21 @@ flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (multi-host only).")
 flags.DEFINE_integer("num_processes", 1, "Number of processes (multi-host only).")
 flags.DEFINE_integer("process_id", 0, "This process's index (multi-host only).")
+flags.DEFINE_string(
+    "compilation_cache_dir",
+    "~/.cache/transformer_jax/xla",
+    "Persistent XLA compilation cache (a restarted run skips recompiling); '' = off.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.compilation_cache_dir and not jax.config.jax_compilation_cache_dir:
+        jax.config.update(
+            "jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache_dir)
+        )
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     from transformer_jax import training  # after distributed.initialize: it touches devices
     from transformer_jax.training.metrics import quiet_library_logs
