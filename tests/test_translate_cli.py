@@ -63,7 +63,7 @@ def test_translate_workdir_lines_messages_and_attention_plot(workdir, tmp_path):
     assert lines[0].startswith("go . => ")  # the book's preprocessing was applied
     assert lines[1] == "[1] <empty input: nothing to translate>"
     assert lines[2].startswith("i lost . => ")
-    assert lines[3].endswith("(input truncated to 10 tokens)")
+    assert lines[3].endswith("(input of 21 tokens truncated to 10)")
     assert lines[4] == f"Attention of 'go .' written to {plot}"
     assert plot.stat().st_size > 1000
     beam = translate_workdir(workdir, ["go ."], beam_size=3)
@@ -104,7 +104,7 @@ def test_translate_command_reads_stdin(workdir):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.strip().splitlines()
-    assert out[0].startswith("go . => ") and out[1].startswith("i lost . => ")
+    assert out[0].startswith("go . =>") and out[1].startswith("i lost . =>")
 
 
 def test_translate_command_without_checkpoint_says_how_to_train(tmp_path):

@@ -9,6 +9,7 @@ from transformer_jax.decoding import (
     DecodingWarning,
     attention_weights,
     decode_ids,
+    encode_sources,
     greedy_decode,
     source_ids,
     translate,
@@ -110,6 +111,18 @@ def test_overlong_source_is_truncated_with_a_warning(model):
     assert out == [TGT.decode(kept.tolist())]
     with pytest.warns(DecodingWarning, match="limit 5"):
         translate(cfg, params, SRC, TGT, ["go go go go go ."], max_decode_len=8, max_src_len=5)
+
+
+def test_many_bad_inputs_give_one_summary_warning_each():
+    sentences = ["", "go .", " ".join(["go"] * 20), "  ", " ".join(["i"] * 17)]
+    with pytest.warns(DecodingWarning) as record:
+        encoded = encode_sources(SRC, sentences, 16)
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 2
+    assert "2 sentences: #0, #3 are empty" in messages[0]
+    assert "Sentence #2 has 21 tokens with <eos>, more than the limit 16 and 1 more" in messages[1]
+    assert encoded.truncated == {2: 21, 4: 18} and encoded.empty == [0, 3]
+    assert [len(x) for x in encoded.ids] == [0, 3, 16, 0, 16]
 
 
 def test_attention_weights_are_trimmed_to_real_tokens(model):

@@ -41,27 +41,62 @@ class DecodingWarning(UserWarning):
     """An input was changed to be decodable (truncated), or could not be decoded (empty)."""
 
 
-def source_ids(
-    tokenizer: Tokenizer, sentence: str, max_len: int, *, index: int | None = None
-) -> list[int]:
-    """Token ids + `<eos>`, truncated to `max_len` with a `DecodingWarning`; [] if empty.
+@dataclasses.dataclass
+class EncodedSources:
+    """Source ids (tokens + `<eos>`, truncated; [] for an empty sentence) and what was changed.
+
+    truncated: {sentence index: its length with `<eos>` before truncation}; empty: indices.
+    """
+
+    ids: list[list[int]]
+    truncated: dict[int, int]
+    empty: list[int]
+
+
+def encode_sources(
+    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, *, warn: bool = True
+) -> EncodedSources:
+    """Token ids + `<eos>` per sentence, truncated to `max_len` ids; [] for an empty sentence.
 
     Truncation keeps the first `max_len` ids, as the book's `truncate_pad` does in training.
+    With `warn`, one `DecodingWarning` names the empty sentences and one the truncated ones
+    (a summary, not one warning per sentence, so a test split does not flood the log).
     """
-    where = "" if index is None else f" #{index}"
-    if not sentence.strip():
-        warnings.warn(f"Sentence{where} is empty; nothing to translate.", DecodingWarning, 2)
-        return []
-    ids = list(tokenizer.encode(sentence)) + [EOS_ID]
-    if len(ids) > max_len:
+    out = EncodedSources([], {}, [])
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():
+            out.empty.append(i)
+            out.ids.append([])
+            continue
+        ids = list(tokenizer.encode(sentence)) + [EOS_ID]
+        if len(ids) > max_len:
+            out.truncated[i] = len(ids)
+            ids = ids[:max_len]
+        out.ids.append(ids)
+    if warn and out.empty:
+        which = ", ".join(f"#{i}" for i in out.empty[:10])
+        noun = "Sentence" if len(out.empty) == 1 else f"{len(out.empty)} sentences:"
         warnings.warn(
-            f"Sentence{where} has {len(ids)} tokens with <eos>, more than the limit {max_len}; "
-            f"decoding only its first {max_len} ({sentence[:40]!r}...).",
+            f"{noun} {which} {'is' if len(out.empty) == 1 else 'are'} empty; nothing to "
+            "translate (the translation is empty).",
             DecodingWarning,
             2,
         )
-        ids = ids[:max_len]
-    return ids
+    if warn and out.truncated:
+        (first, n), count = next(iter(out.truncated.items())), len(out.truncated)
+        more = f" and {count - 1} more" if count > 1 else ""
+        warnings.warn(
+            f"Sentence #{first} has {n} tokens with <eos>, more than the limit {max_len}{more}; "
+            f"decoding only the first {max_len} ({sentences[first][:40]!r}...).",
+            DecodingWarning,
+            2,
+        )
+    return out
+
+
+def source_ids(tokenizer: Tokenizer, sentence: str, max_len: int) -> list[int]:
+    """`encode_sources` of one sentence: ids + `<eos>`, truncated with a warning; [] if empty."""
+    return encode_sources(tokenizer, [sentence], max_len).ids[0]
 
 
 def default_max_decode_len(config: ModelConfig, src_width: int) -> int:
@@ -153,7 +188,7 @@ def translate(
     translation "". `max_decode_len` defaults to 2 × source width + 10, within model.max_len.
     """
     limit = min(max_src_len or model_config.max_len, model_config.max_len)
-    ids = [source_ids(src_tokenizer, s, limit, index=i) for i, s in enumerate(sentences)]
+    ids = encode_sources(src_tokenizer, sentences, limit).ids
     todo = [i for i, x in enumerate(ids) if x]
     decoded = decode_ids(
         model_config,

@@ -41,10 +41,10 @@ def _draw_grid(
             image = ax.imshow(matrices[r, c], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
             if xticklabels is not None:
                 ax.set_xticks(range(len(xticklabels)))
-                ax.set_xticklabels(xticklabels, rotation=90, fontsize=7)
+                ax.set_xticklabels(xticklabels, rotation=90, fontsize=9)
             if yticklabels is not None:
                 ax.set_yticks(range(len(yticklabels)))
-                ax.set_yticklabels(yticklabels, fontsize=7)
+                ax.set_yticklabels(yticklabels, fontsize=9)
             if r == rows - 1:
                 ax.set_xlabel(xlabel)
             if c == 0:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding.translate import decode_ids, source_ids
+from transformer_jax.decoding.translate import decode_ids, encode_sources
 from transformer_jax.evaluation.bleu import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
 from transformer_jax.nn import ModelConfig, Transformer
 
@@ -43,7 +43,7 @@ def decode_sentences(bundle: Any, sentences: Sequence[str], **decode_kw: Any) ->
     """Translate with `decode_ids`, counting generated tokens and wall time."""
     cfg, data = bundle.model_config, bundle.config.data
     limit = min(data.max_src_len or cfg.max_len, cfg.max_len)
-    ids = [source_ids(bundle.src_tokenizer, s, limit, index=i) for i, s in enumerate(sentences)]
+    ids = encode_sources(bundle.src_tokenizer, sentences, limit).ids
     todo = [i for i, x in enumerate(ids) if x]
     start = time.perf_counter()
     out = decode_ids(cfg, bundle.params, [ids[i] for i in todo], **decode_kw)

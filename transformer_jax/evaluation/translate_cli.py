@@ -16,7 +16,7 @@ from transformer_jax.decoding.translate import (
     DecodingWarning,
     attention_weights,
     decode_ids,
-    source_ids,
+    encode_sources,
     translate,
 )
 from transformer_jax.evaluation.report import book_style
@@ -74,8 +74,9 @@ def translate_workdir(
     prepared = [preprocess_nmt(s.strip()) if book_style(config) else s.strip() for s in sentences]
     max_src_len = min(config.data.max_src_len or cfg.max_len, cfg.max_len)
     length = max_decode_len or config.eval.max_decode_len or config.data.max_tgt_len
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DecodingWarning)
+    encoded = encode_sources(bundle.src_tokenizer, prepared, max_src_len, warn=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodingWarning)  # reported on each line instead
         outputs = translate(
             cfg,
             bundle.params,
@@ -88,14 +89,14 @@ def translate_workdir(
             batch_size=config.eval.decode_batch_size,
             max_src_len=max_src_len,
         )
-    notes = [str(w.message) for w in caught if issubclass(w.category, DecodingWarning)]
     lines = []
     for i, (source, output) in enumerate(zip(prepared, outputs, strict=True)):
-        if not source:
+        if i in encoded.empty:
             lines.append(f"[{i}] {EMPTY_MESSAGE}")
             continue
-        truncated = any(f"#{i} has" in n for n in notes)
-        suffix = f"   (input truncated to {max_src_len} tokens)" if truncated else ""
+        suffix = ""
+        if i in encoded.truncated:
+            suffix = f"   (input of {encoded.truncated[i]} tokens truncated to {max_src_len})"
         lines.append(f"{source} => {output}{suffix}")
 
     if attention_plot:
@@ -104,9 +105,7 @@ def translate_workdir(
         first = next((i for i, s in enumerate(prepared) if s), None)
         if first is None:
             raise ValueError("no non-empty sentence to draw attention for.")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DecodingWarning)  # already reported above
-            src = source_ids(bundle.src_tokenizer, prepared[first], max_src_len)
+        src = encoded.ids[first]
         (row,) = decode_ids(
             cfg, bundle.params, [src], beam_size=beam_size, alpha=alpha, max_decode_len=length
         )
