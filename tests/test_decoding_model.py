@@ -124,28 +124,36 @@ def test_decode_length_beyond_max_len_is_rejected(model):
         greedy_decode(cfg, params, src, src_len, max_decode_len=33)
 
 
-def test_sharded_decoding_on_two_devices_matches_one_device():
-    """The batch split over two host devices gives the tokens of the unsharded decode.
+def test_sharded_decoding_on_two_devices_matches_one_device(model, tmp_path):
+    """The batch split over two host devices gives the tokens of the one-device decode.
 
-    XLA_FLAGS must be set before jax starts, so this runs in a subprocess.
+    XLA_FLAGS must be set before jax starts, so the sharded run is a subprocess; it rebuilds
+    the same model (same seed) and compares with the tokens decoded here.
     """
+    cfg, params, src, src_len = model
+    want = tmp_path / "want.npz"
+    np.savez(
+        want,
+        greedy=np.asarray(greedy_decode(cfg, params, src, src_len, max_decode_len=MAX_DECODE_LEN)),
+        beam=np.asarray(
+            beam_decode(
+                cfg, params, src, src_len, beam_size=3, max_decode_len=MAX_DECODE_LEN, alpha=0.6
+            ).tokens
+        ),
+    )
     script = textwrap.dedent(
-        """
+        f"""
         import jax, numpy as np
         from tests.test_decoding_model import make_model
-        from transformer_jax.decoding import beam_decode, greedy_decode, sharded_decoder
+        from transformer_jax.decoding import sharded_decoder
         assert jax.local_device_count() == 2, jax.devices()
-        cfg, params, src, src_len = make_model(layers=1)
-        for beam in (1, 3):
-            fn = sharded_decoder(cfg, beam_size=beam, max_decode_len=12, alpha=0.6)
+        cfg, params, src, src_len = make_model()
+        want = np.load({str(want)!r})
+        for beam, key in ((1, "greedy"), (3, "beam")):
+            fn = sharded_decoder(cfg, beam_size=beam, max_decode_len={MAX_DECODE_LEN}, alpha=0.6)
             got = fn(params, src, src_len)
             assert len(got.sharding.device_set) == 2, got.sharding
-            if beam == 1:
-                want = greedy_decode(cfg, params, src, src_len, max_decode_len=12)
-            else:
-                want = beam_decode(cfg, params, src, src_len, beam_size=3, max_decode_len=12,
-                                   alpha=0.6).tokens
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            np.testing.assert_array_equal(np.asarray(got), want[key])
         print("OK")
         """
     )
