@@ -35,13 +35,10 @@ def free_port() -> int:
 
 def test_two_processes_match_one_process_with_two_devices(tmp_path):
     assert FLAGS  # the same tiny config as the end-to-end test
-    single = launch(tmp_path / "single", *SHORT, devices=2)
-    out, _ = single.communicate(timeout=300)
-    assert single.returncode == 0, out[-4000:]
-
+    # All three processes at once: the 1-process, 2-device reference and the 2-process run.
     port = free_port()
     workdir = tmp_path / "multi"
-    processes = [
+    processes = [launch(tmp_path / "single", *SHORT, devices=2)] + [
         launch(
             workdir,
             *SHORT,
@@ -59,7 +56,8 @@ def test_two_processes_match_one_process_with_two_devices(tmp_path):
         raise
     for p, output in zip(processes, outputs, strict=True):
         assert p.returncode == 0, output[-4000:]
-    assert "on 2 devices" in outputs[0]
+    assert "on 2 devices" in outputs[0] and "on 2 devices" in outputs[1]
+    assert "Process 0/2: 1 local of 2 devices" in outputs[1]
 
     np.testing.assert_allclose(
         flat_params(workdir), flat_params(tmp_path / "single"), atol=1e-6, rtol=1e-5

@@ -29,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"),
 ]
 
-STEPS, EVERY = 300, 100
+STEPS, EVERY = 150, 50
 # The tiny model on 1000 training pairs, one padded shape (no bucketing): few compiles.
 FLAGS = [
     "--config=configs/fra_eng.py:runlocal",
@@ -80,13 +80,14 @@ def test_run_writes_a_complete_workdir(uninterrupted):
     assert (uninterrupted / "config.json").is_file()
     config = ckpt.load_config(uninterrupted)
     assert config.num_train_steps == STEPS and config.data.max_src_len == 8
-    assert sorted(int(p.name) for p in (uninterrupted / "checkpoints").iterdir()) == [200, 300]
+    saved = sorted(int(p.name) for p in (uninterrupted / "checkpoints").iterdir())
+    assert saved == [STEPS - EVERY, STEPS]  # keep_checkpoints=2
     assert list((uninterrupted / "tensorboard").glob("events.out.tfevents.*"))
     records = [json.loads(line) for line in (uninterrupted / "metrics.jsonl").open()]
     train = [r for r in records if r["split"] == "train"]
     evals = [r for r in records if r["split"] == "eval"]
     assert [r["step"] for r in train] == list(range(50, STEPS + 1, 50))
-    assert train[-1]["loss"] < train[0]["loss"] - 0.5, "the loss did not go down"
+    assert train[-1]["loss"] < train[0]["loss"] - 0.3, "the loss did not go down"
     assert all(r["tokens_per_sec"] > 0 for r in train[1:])
     assert [r["step"] for r in evals] == [STEPS]
     assert {"nll", "accuracy", "perplexity", "bleu"} <= set(evals[0])
