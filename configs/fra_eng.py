@@ -116,3 +116,32 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.eval_every_steps = c.checkpoint_every_steps = 10
         c.eval.num_bleu_examples = 16
     return c
+
+
+SWEEPS = ("norm_x_attention", "norm_placement", "model_size")
+
+
+def get_hyper(h, name: str) -> list[dict]:
+    """Sweeps of this config (`python -m experiments.sweep --config=... --sweep=NAME`).
+
+    norm_x_attention: d2l §11.7 asks whether additive attention can replace scaled
+      dot-product attention, and the Step-by-Step chapter moves the norm first; run on
+      `configs/fra_eng.py:d2l`, this grid answers both by experiment.
+    """
+    if name == "norm_x_attention":
+        return h.product(
+            [
+                h.sweep("model.norm_placement", ["post", "pre"]),
+                h.sweep("model.attention_kind", ["dot", "additive"]),
+            ]
+        )
+    if name == "norm_placement":
+        return h.sweep("model.norm_placement", ["post", "pre", "rezero"])
+    if name == "model_size":
+        return h.zip(
+            [
+                h.sweep("model.model_dim", [64, 128, 256]),
+                h.sweep("model.ffn_dim", [256, 512, 1024]),
+            ]
+        )
+    raise h.unknown(name, SWEEPS)
