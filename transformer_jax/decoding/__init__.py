@@ -18,8 +18,11 @@ from transformer_jax.decoding.steps import (
     cached_step,
     encode,
     init_cache,
+    merge_cache,
+    project_memory,
     recompute_state,
     recompute_step,
+    split_cache,
 )
 from transformer_jax.decoding.translate import (
     AttentionMaps,
@@ -50,10 +53,13 @@ __all__ = [
     "init_cache",
     "length_penalty",
     "local_mesh",
+    "merge_cache",
+    "project_memory",
     "recompute_state",
     "recompute_step",
     "sharded_decoder",
     "source_ids",
+    "split_cache",
     "tile_beams",
     "translate",
 ]

@@ -31,8 +31,10 @@ def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use
         src_len = search.tile_beams(src_len, beam_size)  # (B·W,)
     rows = memory.shape[0]
     if use_cache:
-        step = steps.cached_step(config, params, memory, src_len)
-        state = steps.init_cache(config, memory, src_len, max_decode_len)
+        cache = steps.init_cache(config, memory, src_len, max_decode_len)
+        memory_cache = steps.project_memory(config, params, memory, src_len, cache)
+        step = steps.cached_step(config, params, memory, src_len, memory_cache)
+        state = steps.split_cache(cache)[0]
     else:
         step = steps.recompute_step(config, params, memory, src_len)
         state = steps.recompute_state(rows, max_decode_len)

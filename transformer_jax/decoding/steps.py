@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import traverse_util
 
 from transformer_jax.nn import ModelConfig, Transformer
 
@@ -48,24 +49,71 @@ def init_cache(config: ModelConfig, memory: Array, src_len: Array, max_decode_le
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def cached_step(config: ModelConfig, params: Any, memory: Array, src_len: Array):
+# Cross-attention cache leaves: the projected encoder memory, fixed while a batch decodes.
+MEMORY_LEAVES = ("memory_key", "memory_value", "memory_ready")
+
+
+def split_cache(cache: Any) -> tuple[Any, Any]:
+    """cache -> (per-step part: self-attention keys/values and indices, memory part)."""
+    flat = traverse_util.flatten_dict(cache)
+    step = {k: v for k, v in flat.items() if k[-1] not in MEMORY_LEAVES}
+    memory = {k: v for k, v in flat.items() if k[-1] in MEMORY_LEAVES}
+    return traverse_util.unflatten_dict(step), traverse_util.unflatten_dict(memory)
+
+
+def merge_cache(step_part: Any, memory_part: Any) -> Any:
+    """Inverse of `split_cache`."""
+    flat = {**traverse_util.flatten_dict(step_part), **traverse_util.flatten_dict(memory_part)}
+    return traverse_util.unflatten_dict(flat)
+
+
+def project_memory(
+    config: ModelConfig, params: Any, memory: Array, src_len: Array, cache: Any
+) -> Any:
+    """The memory part of the cache: every cross-attention's keys/values of `memory`.
+
+    Computed once, before the search loop, so the loop carries (and beam search reorders)
+    only the self-attention cache; the memory part is a constant of the loop.
+    """
+    model = Transformer(config.replace(deterministic=True, decode=True))
+    bos = jnp.ones((memory.shape[0], 1), jnp.int32)  # any token: only the memory part is kept
+    _, mutated = model.apply(
+        {"params": params, "cache": cache},
+        memory,
+        src_len,
+        bos,
+        method="decode",
+        mutable=["cache"],
+    )
+    return split_cache(mutated["cache"])[1]
+
+
+def cached_step(
+    config: ModelConfig, params: Any, memory: Array, src_len: Array, memory_cache: Any = None
+):
     """Step function feeding one token per row through the decode-mode decoder.
 
     State: the `cache` collection (per layer `cached_key`/`cached_value` (N, H, L, K) and a
     scalar `cache_index`; a scalar `position_index`). memory (N, S, D), src_len (N,).
+    With `memory_cache` (from `project_memory`) the state is only the per-step part of the
+    cache (`split_cache(...)[0]`), and the projected memory is closed over as a constant.
     """
     model = Transformer(config.replace(deterministic=True, decode=True))
 
     def step(tokens: Array, cache: Any) -> tuple[Array, Any]:
+        full = cache if memory_cache is None else merge_cache(cache, memory_cache)
         logits, mutated = model.apply(
-            {"params": params, "cache": cache},
+            {"params": params, "cache": full},
             memory,
             src_len,
             tokens[:, None],  # (N, 1)
             method="decode",
             mutable=["cache"],
         )  # (N, 1, V)
-        return logits[:, 0], mutated["cache"]
+        new = mutated["cache"]
+        if memory_cache is not None:
+            new = split_cache(new)[0]
+        return logits[:, 0], new
 
     return step
 
