@@ -33,6 +33,10 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.clip_norm = 0.0  # global-norm clipping threshold; 0 = off (d2l clips at 1)
     c.label_smoothing = 0.1  # ε_ls; 0 = plain masked cross-entropy (d2l)
     c.grad_accum_steps = 1  # micro-batches per update; must divide the per-device batch
+    # Optimizer steps per device call (a lax.scan over a stack of batches): small models are
+    # bound by the per-call dispatch, not by FLOPs. Logging/eval/checkpoint steps still land
+    # exactly where configured (a call is cut short at those boundaries).
+    c.steps_per_call = 1
     # Duration: exactly one of these is > 0 (epochs are converted with the iterator's length).
     c.num_train_steps = 0
     c.num_epochs = 0
@@ -55,7 +59,13 @@ def eval_defaults() -> ml_collections.ConfigDict:
     return c
 
 
-_POSITIVE_INTS = ("warmup_steps", "grad_accum_steps", "log_every_steps", "keep_checkpoints")
+_POSITIVE_INTS = (
+    "warmup_steps",
+    "grad_accum_steps",
+    "steps_per_call",
+    "log_every_steps",
+    "keep_checkpoints",
+)
 _NON_NEGATIVE_INTS = (
     "num_train_steps",
     "num_epochs",

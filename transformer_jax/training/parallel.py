@@ -49,6 +49,16 @@ class DataParallel:
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
         return jax.jit(mapped, donate_argnums=(0,))
 
+    def map_train_steps(self, steps_fn: Callable) -> Callable:
+        """(state, batches) -> (state, metrics) for `train_steps`: batches carry a leading
+        steps axis N after the device axis, host (D_local, N, B_dev, ...)."""
+        fn = functools.partial(steps_fn, axis_name=AXIS)
+        if self.kind == "pmap":
+            return jax.pmap(fn, axis_name=AXIS, donate_argnums=(0,))
+        specs = (P(), P(None, AXIS))
+        mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=specs, out_specs=(P(), P()))
+        return jax.jit(mapped, donate_argnums=(0,))
+
     def map_eval_step(self, step_fn: Callable) -> Callable:
         """(params, batch) -> metrics."""
         fn = functools.partial(step_fn, axis_name=AXIS)
@@ -78,6 +88,19 @@ class DataParallel:
         return {
             k: jax.make_array_from_process_local_data(sharding, v.reshape((-1,) + v.shape[2:]))
             for k, v in batch.items()
+        }
+
+    def put_batches(self, batches: list[dict[str, np.ndarray]]) -> Any:
+        """N host batches (D_local, B_dev, ...) -> one stacked device batch for `train_steps`."""
+        stacked = {k: np.stack([b[k] for b in batches], axis=1) for k in batches[0]}
+        if self.kind == "pmap":
+            return stacked  # (D_local, N, B_dev, ...)
+        sharding = NamedSharding(self.mesh, P(None, AXIS))
+        return {
+            k: jax.make_array_from_process_local_data(
+                sharding, np.swapaxes(v, 0, 1).reshape(v.shape[1], -1, *v.shape[3:])
+            )  # (N, D_local · B_dev, ...)
+            for k, v in stacked.items()
         }
 
     def get_replicated(self, tree: Any) -> Any:

@@ -91,11 +91,20 @@ def train_step(
     params = optax.apply_updates(state.params, updates)
     metrics = {
         **sums,
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": optax.tree.norm(grads),
         "learning_rate": jnp.asarray(schedule(state.step), jnp.float32),
     }
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
+
+
+def train_steps(state: TrainState, batches: Batch, **step_kwargs) -> tuple[TrainState, Metrics]:
+    """N optimizer steps in one call: `lax.scan` of `train_step` over batches (N, B, ...).
+
+    The same computation as N calls of `train_step` (dropout keys come from the state's
+    step counter), without N dispatches. Metrics come back stacked, each (N,).
+    """
+    return lax.scan(lambda s, b: train_step(s, b, **step_kwargs), state, batches)
 
 
 def eval_step(params, batch: Batch, *, model: nn.Module, axis_name: str) -> Metrics:

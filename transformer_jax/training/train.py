@@ -29,7 +29,7 @@ from transformer_jax.training.state import (
     create_train_state,
     model_config_from,
 )
-from transformer_jax.training.step import eval_step, train_step
+from transformer_jax.training.step import eval_step, train_step, train_steps
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -89,16 +89,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     )
 
     # ---------------------------------------------------------------- map the steps
-    p_train_step = parallel.map_train_step(
-        functools.partial(
-            train_step,
-            model=Transformer(model_config),
-            tx=tx,
-            schedule=schedule,
-            label_smoothing=config.label_smoothing,
-            grad_accum_steps=config.grad_accum_steps,
-        )
+    step_kwargs = dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=config.label_smoothing,
+        grad_accum_steps=config.grad_accum_steps,
     )
+    p_train_step = parallel.map_train_step(functools.partial(train_step, **step_kwargs))
+    # Several optimizer steps per call (lax.scan) when config.steps_per_call > 1.
+    p_train_steps = parallel.map_train_steps(functools.partial(train_steps, **step_kwargs))
+
+    def next_boundary(step: int) -> int:
+        """The first step after `step` that logs, evaluates, checkpoints or ends the run."""
+        ends = [total_steps]
+        for every in (
+            config.log_every_steps,
+            config.eval_every_steps,
+            config.checkpoint_every_steps,
+        ):
+            if every:
+                ends.append((step // every + 1) * every)
+        return min(ends)
+
     eval_model_config = model_config.replace(deterministic=True)
     p_eval_step = parallel.map_eval_step(
         functools.partial(eval_step, model=Transformer(eval_model_config))
@@ -114,8 +127,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             batch = {k: v for k, v in batch.items() if k != "index"}
             sums.append(p_eval_step(device_state.params, parallel.put_batch(batch)))
         summary = summarize(sum_tree(parallel.get_replicated(sums)))
-        bleu = _bleu(config, parallel.get_replicated(device_state.params), eval_model_config,
-                     pipeline, writer, step) if is_main else None  # fmt: skip
+        bleu = (
+            _bleu(
+                config,
+                parallel.get_replicated(device_state.params),
+                eval_model_config,
+                pipeline,
+                writer,
+                step,
+            )
+            if is_main
+            else None
+        )
         if bleu is not None:
             summary["bleu"] = bleu
         writer.write(step, "eval", summary)
@@ -146,10 +169,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         pending: list[tuple[int, Any]] = []  # (step, device metrics) not yet fetched
         summary: dict[str, float] = {}
         final: dict[str, float] | None = None
-        for step in range(start_step + 1, total_steps + 1):
-            batch = parallel.put_batch(next(train_iter))
-            device_state, metrics = p_train_step(device_state, batch)
-            pending.append((step, metrics))  # stays on device: no host sync in the hot loop
+        step = start_step
+        while step < total_steps:
+            n = min(config.steps_per_call, next_boundary(step) - step)
+            if n == 1:
+                batch = parallel.put_batch(next(train_iter))
+                device_state, metrics = p_train_step(device_state, batch)
+            else:
+                batches = parallel.put_batches([next(train_iter) for _ in range(n)])
+                device_state, metrics = p_train_steps(device_state, batches)
+            step += n
+            pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
 
             last = step == total_steps
             do_eval = last or (config.eval_every_steps and step % config.eval_every_steps == 0)
@@ -158,7 +188,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             )
             if step % config.log_every_steps == 0 or do_eval or do_save:
                 # ------------------------------------------------------------ fetch and log
-                host = [(s, parallel.get_replicated(m)) for s, m in pending]
+                host = [
+                    item
+                    for end, n, m in pending
+                    for item in _per_step(end, n, parallel.get_replicated(m))
+                ]
                 pending.clear()
                 _check_finite(host)
                 summary = summarize(sum_tree([m for _, m in host]))
@@ -188,6 +222,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     return final
 
 
+def _per_step(
+    end: int, n: int, metrics: dict[str, np.ndarray]
+) -> list[tuple[int, dict[str, np.ndarray]]]:
+    """Metrics of a call that ran steps end-n+1..end -> one (step, metrics) per step."""
+    if n == 1:
+        return [(end, metrics)]
+    return [(end - n + 1 + i, {k: v[i] for k, v in metrics.items()}) for i in range(n)]
+
+
 def _check_finite(host_metrics: list[tuple[int, dict[str, np.ndarray]]]) -> None:
     for step, metrics in host_metrics:
         for key in ("loss", "grad_norm"):
@@ -211,8 +254,11 @@ def _save_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
 
 def _diff(prefix: str, old: Any, new: Any) -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new))
-                for d in _diff(f"{prefix}{k}.", old.get(k), new.get(k))]  # fmt: skip
+        return [
+            d
+            for k in sorted(set(old) | set(new))
+            for d in _diff(f"{prefix}{k}.", old.get(k), new.get(k))
+        ]
     return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 

@@ -1,0 +1,77 @@
+"""Several optimizer steps per call (lax.scan) equal the same steps called one at a time."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from configs import model as model_configs
+from transformer_jax.nn import Transformer
+from transformer_jax.training import (
+    DataParallel,
+    create_train_state,
+    make_optimizer,
+    model_config_from,
+    train_step,
+    train_steps,
+    training_defaults,
+)
+
+V, S, T, B = 19, 6, 5, 4
+
+
+def _batch(i: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(i)
+    src_len = rng.integers(2, S + 1, B).astype(np.int32)
+    src = rng.integers(4, V, (B, S)).astype(np.int32)
+    src[np.arange(S)[None] >= src_len[:, None]] = 0
+    tgt_out = rng.integers(4, V, (B, T)).astype(np.int32)
+    tgt_out[:, -1] = 0
+    tgt_in = np.concatenate([np.ones((B, 1), np.int32), tgt_out[:, :-1]], axis=1)
+    batch = dict(
+        src=src,
+        src_len=src_len,
+        tgt_in=tgt_in,
+        tgt_out=tgt_out,
+        tgt_weight=(tgt_out != 0).astype(np.float32),
+    )
+    return {k: v[None] for k, v in batch.items()}  # (D=1, B, ...)
+
+
+@pytest.mark.parametrize("kind", ["pmap", "shard_map"])
+def test_scanned_steps_equal_single_steps(kind):
+    config = training_defaults()
+    config.model = model_configs.get_config("tiny")
+    config.schedule, config.learning_rate, config.clip_norm = "constant", 0.01, 1.0
+    model_config = model_config_from(config, V, V)
+    tx, schedule = make_optimizer(config, model_config.model_dim)
+    kwargs = dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=0.1,
+        grad_accum_steps=1,
+    )
+    parallel = DataParallel.create(kind)
+    one = parallel.map_train_step(functools.partial(train_step, **kwargs))
+    many = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
+    batches = [_batch(i) for i in range(4)]
+
+    state = parallel.put_replicated(create_train_state(model_config, tx, seed=3))
+    losses = []
+    for b in batches:
+        state, m = one(state, parallel.put_batch(b))
+        losses.append(float(parallel.get_replicated(m)["loss"]))
+    expected = parallel.get_replicated(state)
+
+    state = parallel.put_replicated(create_train_state(model_config, tx, seed=3))
+    state, m3 = many(state, parallel.put_batches(batches[:3]))  # steps 1-3 in one call
+    state, _ = one(state, parallel.put_batch(batches[3]))  # step 4 alone
+    got = parallel.get_replicated(state)
+    scanned_losses = parallel.get_replicated(m3)["loss"]
+
+    assert int(got.step) == int(expected.step) == 4
+    np.testing.assert_allclose(scanned_losses, losses[:3], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(expected.params), strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5)
