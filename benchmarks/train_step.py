@@ -1,89 +1,162 @@
-r"""Train-step speed for a config: steps/s and target tokens/s on synthetic full-length batches.
+r"""Training-step speed: transformer_jax vs torch.nn.Transformer on identical padded batches.
 
-    python -m benchmarks.train_step --config=configs/fra_eng.py --steps=20
-    python -m benchmarks.train_step --config=configs/fra_eng.py --config.model.model_dim=64
+    python -m benchmarks.train_step                       # d2l, small, base
+    python -m benchmarks.train_step --settings=small --steps=30 --torch_compile
 
-Prints one table row: parameters, the per-step shapes, compile time, steps/s and tokens/s.
-Batches are padded to the maximum lengths (the worst case for bucketing).
+For each setting: non-pad source+target tokens/second (median, min, max over --steps timed
+steps after warm-up), compile time (first call), and MFU = model FLOPs per step
+(`benchmarks.common.train_flops`, formula in its docstring) / step time / the float32
+matmul peak measured in the same run. Each JAX call runs `--steps_per_call` optimizer
+steps (a `lax.scan` over a stack of batches) when the training library supports it.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import time
 
 import jax
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
 
-from transformer_jax.nn import Transformer
-from transformer_jax.training import (
-    DataParallel,
-    create_train_state,
-    make_optimizer,
-    model_config_from,
-    train_step,
-)
-
-FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/fra_eng.py.")
-flags.DEFINE_integer("steps", 20, "Timed steps (after one compile step).")
-flags.DEFINE_integer("vocab_size", 0, "Vocabulary size (0 = data.vocab_size).")
+from benchmarks import common
+from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.training.config import training_defaults
+from transformer_jax.training.optimizer import make_optimizer
+from transformer_jax.training.parallel import DataParallel
+from transformer_jax.training.state import create_train_state
+from transformer_jax.training.step import train_step, train_steps
 
 
-def synthetic_batch(rng, devices: int, batch: int, s: int, t: int, vocab: int) -> dict:
-    src = rng.integers(4, vocab, (batch, s)).astype(np.int32)
-    tgt = rng.integers(4, vocab, (batch, t)).astype(np.int32)
-    out = dict(
-        src=src,
-        src_len=np.full((batch,), s, np.int32),
-        tgt_in=tgt,
-        tgt_out=np.roll(tgt, -1, axis=1),
-        tgt_weight=np.ones((batch, t), np.float32),
+def jax_model_config(s: common.Setting, dtype: str = "float32") -> ModelConfig:
+    return ModelConfig(
+        src_vocab_size=s.vocab,
+        tgt_vocab_size=s.vocab,
+        num_encoder_layers=s.layers,
+        num_decoder_layers=s.layers,
+        model_dim=s.model_dim,
+        num_heads=s.num_heads,
+        ffn_dim=s.ffn_dim,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        dtype=dtype,
     )
-    return {k: v.reshape((devices, -1) + v.shape[1:]) for k, v in out.items()}
 
 
-def main(argv):
-    del argv
-    config = FLAGS.config
-    vocab = FLAGS.vocab_size or config.data.vocab_size
-    model_config = model_config_from(config, vocab, vocab)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
-    parallel = DataParallel.create(config.parallelism)
-    step = parallel.map_train_step(
-        functools.partial(
-            train_step,
-            model=Transformer(model_config),
-            tx=tx,
-            schedule=schedule,
-            label_smoothing=config.label_smoothing,
-            grad_accum_steps=config.grad_accum_steps,
-        )
+def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
+    model_config = jax_model_config(s, args.dtype)
+    config = training_defaults()
+    config.label_smoothing = 0.0
+    config.schedule, config.learning_rate = "constant", 1e-4
+    tx, schedule = make_optimizer(config, s.model_dim)
+    parallel = DataParallel.create("pmap")
+    kwargs = dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=0.0,
+        grad_accum_steps=1,
     )
-    host_state = create_train_state(model_config, tx, config.seed)
-    params = sum(x.size for x in jax.tree.leaves(host_state.params))
-    state = parallel.put_replicated(host_state)
-    b, s, t = config.data.batch_size, config.data.max_src_len, config.data.max_tgt_len
-    batch = parallel.put_batch(
-        synthetic_batch(np.random.default_rng(0), jax.local_device_count(), b, s, t, vocab)
+    n = args.steps_per_call
+    if n == 1:
+        one = parallel.map_train_step(functools.partial(train_step, **kwargs))
+        step = lambda state, b: one(state, parallel.put_batch(b))  # noqa: E731
+    else:
+        many = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
+        step = lambda state, b: many(state, parallel.put_batches([b] * n))  # noqa: E731
+    state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    n_dev = jax.local_device_count()
+    batches = []
+    for i in range(4):
+        b = common.padded_batch(s, seed=i)
+        batches.append({k: np.stack([v] * n_dev) for k, v in b.items()})
+    tokens = n_dev * common.non_pad_tokens(common.padded_batch(s, seed=0))
+    box = {"state": state, "i": 0}
+
+    def call():
+        box["state"], metrics = step(box["state"], batches[box["i"] % len(batches)])
+        box["i"] += 1
+        jax.block_until_ready(metrics)
+
+    first, times = common.time_calls(call, args.warmup, args.steps)
+    # Batches differ in padding; report tokens of the batches actually timed.
+    mean_tokens = np.mean(
+        [n_dev * common.non_pad_tokens({k: v[0] for k, v in b.items()}) for b in batches]
     )
-    start = time.perf_counter()
-    state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(FLAGS.steps):
-        state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
-    elapsed = time.perf_counter() - start
-    print("| params | B x S x T | V | compile s | steps/s | target tok/s |")
+    out = common.summary(mean_tokens * n, times)
+    out["step_s"] /= n  # per optimizer step
+    out["compile_s"] = first
+    del tokens
+    return out
+
+
+def bench_torch(s: common.Setting, compile: bool, args: argparse.Namespace) -> dict[str, float]:
+    from benchmarks import torch_reference
+
+    step, _ = torch_reference.make_train_step(s, compile=compile)
+    batches = [common.padded_batch(s, seed=i) for i in range(4)]
+    box = {"i": 0}
+
+    def call():
+        step(batches[box["i"] % len(batches)])
+        box["i"] += 1
+
+    first, times = common.time_calls(call, args.warmup, args.steps)
+    out = common.summary(np.mean([common.non_pad_tokens(b) for b in batches]), times)
+    out["compile_s"] = first
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--settings", default="d2l,small,base")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--steps_per_call", type=int, default=1, help="lax.scan steps per call")
+    parser.add_argument("--no_torch", action="store_true")
+    parser.add_argument("--torch_compile", action="store_true")
+    args = parser.parse_args()
+
+    peak = common.matmul_peak()
     print(
-        f"| {params:,} | {b}x{s}x{t} | {vocab} | {compile_s:.1f} | "
-        f"{FLAGS.steps / elapsed:.2f} | {FLAGS.steps * b * t / elapsed:,.0f} |"
+        f"devices: {jax.devices()} | float32 matmul peak {peak / 1e9:.0f} GFLOP/s | "
+        f"dtype {args.dtype} | steps per call {args.steps_per_call}"
     )
+    try:
+        import torch
+
+        have_torch = not args.no_torch
+        torch_version = torch.__version__
+    except ImportError:
+        have_torch, torch_version = False, "not installed"
+    print(f"torch: {torch_version}")
+    header = (
+        "| setting | impl | tok/s median | min | max | step ms | compile s | MFU |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for name in args.settings.split(","):
+        s = common.SETTINGS[name]
+        flops = common.train_flops(s) * jax.local_device_count()
+        results = {"transformer_jax": bench_jax(s, args)}
+        if have_torch:
+            results["torch eager"] = bench_torch(s, False, args)
+            if args.torch_compile:
+                results["torch.compile"] = bench_torch(s, True, args)
+        for impl, r in results.items():
+            mfu = flops / r["step_s"] / peak
+            rows.append(
+                f"| {name} | {impl} | {r['median']:,.0f} | {r['min']:,.0f} | "
+                f"{r['max']:,.0f} | {1e3 * r['step_s']:.1f} | {r['compile_s']:.1f} | "
+                f"{100 * mfu:.0f}% |"
+            )
+        if have_torch:
+            ratio = results["transformer_jax"]["median"] / results["torch eager"]["median"]
+            rows.append(f"| {name} | ratio jax / torch eager | {ratio:.2f}× | | | | | |")
+        print(header + "\n" + "\n".join(rows), flush=True)
+    print(time.strftime("measured %Y-%m-%d %H:%M"))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    main()

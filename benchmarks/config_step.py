@@ -1,0 +1,89 @@
+r"""Train-step speed for a config: steps/s and target tokens/s on synthetic full-length batches.
+
+    python -m benchmarks.config_step --config=configs/fra_eng.py --steps=20
+    python -m benchmarks.config_step --config=configs/fra_eng.py --config.model.model_dim=64
+
+Prints one table row: parameters, the per-step shapes, compile time, steps/s and tokens/s.
+Batches are padded to the maximum lengths (the worst case for bucketing).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from transformer_jax.nn import Transformer
+from transformer_jax.training import (
+    DataParallel,
+    create_train_state,
+    make_optimizer,
+    model_config_from,
+    train_step,
+)
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/fra_eng.py.")
+flags.DEFINE_integer("steps", 20, "Timed steps (after one compile step).")
+flags.DEFINE_integer("vocab_size", 0, "Vocabulary size (0 = data.vocab_size).")
+
+
+def synthetic_batch(rng, devices: int, batch: int, s: int, t: int, vocab: int) -> dict:
+    src = rng.integers(4, vocab, (batch, s)).astype(np.int32)
+    tgt = rng.integers(4, vocab, (batch, t)).astype(np.int32)
+    out = dict(
+        src=src,
+        src_len=np.full((batch,), s, np.int32),
+        tgt_in=tgt,
+        tgt_out=np.roll(tgt, -1, axis=1),
+        tgt_weight=np.ones((batch, t), np.float32),
+    )
+    return {k: v.reshape((devices, -1) + v.shape[1:]) for k, v in out.items()}
+
+
+def main(argv):
+    del argv
+    config = FLAGS.config
+    vocab = FLAGS.vocab_size or config.data.vocab_size
+    model_config = model_config_from(config, vocab, vocab)
+    tx, schedule = make_optimizer(config, model_config.model_dim)
+    parallel = DataParallel.create(config.parallelism)
+    step = parallel.map_train_step(
+        functools.partial(
+            train_step,
+            model=Transformer(model_config),
+            tx=tx,
+            schedule=schedule,
+            label_smoothing=config.label_smoothing,
+            grad_accum_steps=config.grad_accum_steps,
+        )
+    )
+    host_state = create_train_state(model_config, tx, config.seed)
+    params = sum(x.size for x in jax.tree.leaves(host_state.params))
+    state = parallel.put_replicated(host_state)
+    b, s, t = config.data.batch_size, config.data.max_src_len, config.data.max_tgt_len
+    batch = parallel.put_batch(
+        synthetic_batch(np.random.default_rng(0), jax.local_device_count(), b, s, t, vocab)
+    )
+    start = time.perf_counter()
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(FLAGS.steps):
+        state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    elapsed = time.perf_counter() - start
+    print("| params | B x S x T | V | compile s | steps/s | target tok/s |")
+    print(
+        f"| {params:,} | {b}x{s}x{t} | {vocab} | {compile_s:.1f} | "
+        f"{FLAGS.steps / elapsed:.2f} | {FLAGS.steps * b * t / elapsed:,.0f} |"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
