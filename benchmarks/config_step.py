@@ -17,12 +17,12 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer_jax.nn import Transformer
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
     make_optimizer,
     model_config_from,
+    step_kwargs,
     train_step,
 )
 
@@ -53,14 +53,7 @@ def main(argv):
     tx, schedule = make_optimizer(config, model_config.model_dim)
     parallel = DataParallel.create(config.parallelism)
     step = parallel.map_train_step(
-        functools.partial(
-            train_step,
-            model=Transformer(model_config),
-            tx=tx,
-            schedule=schedule,
-            label_smoothing=config.label_smoothing,
-            grad_accum_steps=config.grad_accum_steps,
-        )
+        functools.partial(train_step, **step_kwargs(config, model_config, tx, schedule))
     )
     host_state = create_train_state(model_config, tx, config.seed)
     params = sum(x.size for x in jax.tree.leaves(host_state.params))

@@ -38,12 +38,12 @@ def step_rate(data_cfg, pipe, seconds: float) -> str:
     """Examples/s the fra_eng config's train step consumes on this machine, or why not."""
     try:
         from configs import fra_eng
-        from transformer_jax.nn import Transformer
         from transformer_jax.training import (
             DataParallel,
             create_train_state,
             make_optimizer,
             model_config_from,
+            step_kwargs,
             train_step,
         )
     except ImportError as error:
@@ -57,14 +57,7 @@ def step_rate(data_cfg, pipe, seconds: float) -> str:
         tx, schedule = make_optimizer(cfg, model_config.model_dim)
         parallel = DataParallel.create("pmap")
         step = parallel.map_train_step(
-            functools.partial(
-                train_step,
-                model=Transformer(model_config),
-                tx=tx,
-                schedule=schedule,
-                label_smoothing=cfg.label_smoothing,
-                grad_accum_steps=cfg.grad_accum_steps,
-            )
+            functools.partial(train_step, **step_kwargs(cfg, model_config, tx, schedule))
         )
         state = parallel.put_replicated(create_train_state(model_config, tx, cfg.seed))
         batches = [next(pipe.train_iter) for _ in range(32)]

@@ -20,7 +20,7 @@ from transformer_jax.training.losses import smoothed_cross_entropy, weighted_los
 from transformer_jax.training.optimizer import make_optimizer, paper_schedule
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import TrainState, create_train_state, model_config_from
-from transformer_jax.training.step import eval_step, train_step, train_steps
+from transformer_jax.training.step import eval_step, step_kwargs, train_step, train_steps
 from transformer_jax.training.train import NonFiniteLossError, train_and_evaluate
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "resolve_num_train_steps",
     "smoothed_cross_entropy",
     "train_and_evaluate",
+    "step_kwargs",
     "train_step",
     "train_steps",
     "training_defaults",

@@ -10,17 +10,37 @@ int32, tgt_weight (B, T) float32 (0 on padding and on padded rows).
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from jax import lax
 
+from transformer_jax.nn import ModelConfig, Transformer
 from transformer_jax.training.losses import weighted_loss_sums
 from transformer_jax.training.state import TrainState
 
 Batch = dict[str, jax.Array]
 Metrics = dict[str, jax.Array]
+
+
+def step_kwargs(
+    config: ml_collections.ConfigDict,
+    model_config: ModelConfig,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+) -> dict[str, Any]:
+    """Keyword arguments binding `train_step` / `train_steps` to a run config."""
+    return dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=config.label_smoothing,
+        grad_accum_steps=config.grad_accum_steps,
+    )
 
 
 def _logits(model: nn.Module, params, batch: Batch, rng: jax.Array | None) -> jax.Array:

@@ -29,7 +29,7 @@ from transformer_jax.training.state import (
     create_train_state,
     model_config_from,
 )
-from transformer_jax.training.step import eval_step, train_step, train_steps
+from transformer_jax.training.step import eval_step, step_kwargs, train_step, train_steps
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -89,16 +89,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     )
 
     # ---------------------------------------------------------------- map the steps
-    step_kwargs = dict(
-        model=Transformer(model_config),
-        tx=tx,
-        schedule=schedule,
-        label_smoothing=config.label_smoothing,
-        grad_accum_steps=config.grad_accum_steps,
-    )
-    p_train_step = parallel.map_train_step(functools.partial(train_step, **step_kwargs))
+    kwargs = step_kwargs(config, model_config, tx, schedule)
+    p_train_step = parallel.map_train_step(functools.partial(train_step, **kwargs))
     # Several optimizer steps per call (lax.scan) when config.steps_per_call > 1.
-    p_train_steps = parallel.map_train_steps(functools.partial(train_steps, **step_kwargs))
+    p_train_steps = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
 
     def next_boundary(step: int) -> int:
         """The first step after `step` that logs, evaluates, checkpoints or ends the run."""
