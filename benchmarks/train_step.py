@@ -20,12 +20,12 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.nn import ModelConfig
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import create_train_state
-from transformer_jax.training.step import train_step, train_steps
+from transformer_jax.training.step import step_kwargs, train_step, train_steps
 
 
 def jax_model_config(s: common.Setting, dtype: str = "float32") -> ModelConfig:
@@ -50,13 +50,7 @@ def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
     config.schedule, config.learning_rate = "constant", 1e-4
     tx, schedule = make_optimizer(config, s.model_dim)
     parallel = DataParallel.create("pmap")
-    kwargs = dict(
-        model=Transformer(model_config),
-        tx=tx,
-        schedule=schedule,
-        label_smoothing=0.0,
-        grad_accum_steps=1,
-    )
+    kwargs = step_kwargs(config, model_config, tx, schedule)
     n = args.steps_per_call
     if n == 1:
         one = parallel.map_train_step(functools.partial(train_step, **kwargs))
