@@ -26,6 +26,7 @@ flags.DEFINE_integer("decode_len", 32, "Generated tokens per sentence.")
 flags.DEFINE_list("beam_sizes", ["1", "4"], "Beam sizes (1 = greedy).")
 flags.DEFINE_bool("recompute", True, "Also time greedy decoding by full recomputation.")
 flags.DEFINE_integer("repeats", 3, "Timed runs per setting (best is reported).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the model.")
 
 
 def random_params(cfg, seed: int = 0):
@@ -71,7 +72,7 @@ def main(argv: list[str]) -> None:
     section = model_configs.get_config(FLAGS.variant).to_dict()
     cfg = ModelConfig.from_dict(
         section, src_vocab_size=FLAGS.vocab_size, tgt_vocab_size=FLAGS.vocab_size
-    ).replace(deterministic=True)
+    ).replace(deterministic=True, dtype=FLAGS.dtype)
     params = jax.device_put(random_params(cfg))
     rng = np.random.default_rng(1)
     src = jnp.asarray(rng.integers(4, FLAGS.vocab_size, (FLAGS.batch, FLAGS.src_len)), jnp.int32)
@@ -104,7 +105,8 @@ def main(argv: list[str]) -> None:
     print(
         f"\n{FLAGS.variant}: {cfg.num_encoder_layers}+{cfg.num_decoder_layers} layers, "
         f"D {cfg.model_dim}, V {FLAGS.vocab_size}; {FLAGS.batch} sentences x {FLAGS.src_len} "
-        f"source tokens -> {length} tokens; {jax.devices()[0].platform} x{jax.device_count()}"
+        f"source tokens -> {length} tokens; {cfg.dtype}; "
+        f"{jax.devices()[0].platform} x{jax.device_count()}"
     )
     print("| search | seconds | output tokens/s |\n|---|---|---|")
     for name, seconds, rate in rows:

@@ -59,12 +59,14 @@ def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
         many = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
         step = lambda state, b: many(state, parallel.put_batches([b] * n))  # noqa: E731
     state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    # The same global batch as torch, split over the local devices (B / n_dev rows each).
     n_dev = jax.local_device_count()
-    batches = []
-    for i in range(4):
-        b = common.padded_batch(s, seed=i)
-        batches.append({k: np.stack([v] * n_dev) for k, v in b.items()})
-    tokens = n_dev * common.non_pad_tokens(common.padded_batch(s, seed=0))
+    if s.batch % n_dev:
+        raise ValueError(f"batch {s.batch} of {s.name!r} does not split over {n_dev} devices.")
+    global_batches = [common.padded_batch(s, seed=i) for i in range(4)]
+    batches = [
+        {k: v.reshape((n_dev, -1) + v.shape[1:]) for k, v in b.items()} for b in global_batches
+    ]
     box = {"state": state, "i": 0}
 
     def call():
@@ -74,13 +76,10 @@ def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
 
     first, times = common.time_calls(call, args.warmup, args.steps)
     # Batches differ in padding; report tokens of the batches actually timed.
-    mean_tokens = np.mean(
-        [n_dev * common.non_pad_tokens({k: v[0] for k, v in b.items()}) for b in batches]
-    )
+    mean_tokens = np.mean([common.non_pad_tokens(b) for b in global_batches])
     out = common.summary(mean_tokens * n, times)
     out["step_s"] /= n  # per optimizer step
     out["compile_s"] = first
-    del tokens
     return out
 
 
@@ -132,7 +131,7 @@ def main() -> None:
     rows = []
     for name in args.settings.split(","):
         s = common.SETTINGS[name]
-        flops = common.train_flops(s) * jax.local_device_count()
+        flops = common.train_flops(s)
         results = {"transformer_jax": bench_jax(s, args)}
         if have_torch:
             results["torch eager"] = bench_torch(s, False, args)

@@ -31,11 +31,12 @@ class HeadProjection(nn.Module):
         h, k = self.num_heads, self.head_dim
         init = nn.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
         kernel = self.param("kernel", init, (x.shape[-1], h, k), jnp.float32)
-        y = jnp.einsum("BTD,DHK->BHTK", x.astype(self.dtype), kernel.astype(self.dtype))
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        y = ops.einsum("BTD,DHK->BHTK", x, kernel, out_dtype=jnp.float32)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, (h, k), jnp.float32)
-            y = y + bias.astype(self.dtype)[None, :, None, :]
-        return y  # (B, H, T, K)
+            y = y + bias[None, :, None, :]
+        return y.astype(self.dtype)  # (B, H, T, K)
 
 
 class HeadOutput(nn.Module):
@@ -49,7 +50,8 @@ class HeadOutput(nn.Module):
     def __call__(self, x: Array) -> Array:
         init = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
         kernel = self.param("kernel", init, (x.shape[1], x.shape[3], self.features), jnp.float32)
-        y = jnp.einsum("BHTK,HKD->BTD", x, kernel.astype(self.dtype))
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        y = ops.einsum("BHTK,HKD->BTD", x, kernel, out_dtype=jnp.float32)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
         return y.astype(self.dtype)  # (B, T, D)

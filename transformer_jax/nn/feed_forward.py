@@ -29,10 +29,10 @@ class FeedForward(nn.Module):
         rng = None if cfg.deterministic or cfg.dropout_rate == 0 else self.make_rng("dropout")
         return ops.position_wise_ffn(
             x.astype(dt),
-            w1.astype(dt),
-            b1.astype(dt),
-            w2.astype(dt),
-            b2.astype(dt),
+            w1,
+            b1,
+            w2,
+            b2,
             activation=cfg.activation,
             dropout_rate=cfg.dropout_rate,
             dropout_rng=rng,

@@ -5,11 +5,37 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
 from transformer_jax.nn.embedding import Embed
 from transformer_jax.nn.stacks import Decoder, Encoder
 
 Array = jnp.ndarray
+
+
+class Dense(nn.Module):
+    """(..., D) -> (..., N) with `kernel` (D, N) and `bias` (N,), flax.linen.Dense's tree.
+
+    The matmul is `ops.einsum`, so bfloat16 compute accumulates in float32 and the
+    float32 result is cast once, to `out_dtype`.
+    """
+
+    features: int
+    dtype: jnp.dtype
+    out_dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        init = nn.initializers.xavier_uniform()
+        kernel = self.param("kernel", init, (x.shape[-1], self.features), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        y = ops.einsum(
+            "...D,DN->...N".replace("...", "BT"[: x.ndim - 1]),
+            x.astype(self.dtype),
+            kernel.astype(self.dtype),
+            out_dtype=jnp.float32,
+        )
+        return (y + bias).astype(self.out_dtype)
 
 
 class OutputProjection(nn.Module):
@@ -21,17 +47,9 @@ class OutputProjection(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        cfg = self.config
         if self.embed is not None:
-            return self.embed.attend(x).astype(jnp.float32)
-        logits = nn.Dense(
-            self.vocab_size,
-            dtype=cfg.compute_dtype,
-            param_dtype=jnp.float32,
-            kernel_init=nn.initializers.xavier_uniform(),
-            name="dense",
-        )(x)
-        return logits.astype(jnp.float32)
+            return self.embed.attend(x)  # float32
+        return Dense(self.vocab_size, self.config.compute_dtype, jnp.float32, name="dense")(x)
 
 
 class Transformer(nn.Module):

@@ -9,6 +9,7 @@ from transformer_jax.ops.attention import (
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.ffn import ACTIVATIONS, position_wise_ffn
 from transformer_jax.ops.masks import causal_mask, combine_masks, padding_mask, valid_length_mask
+from transformer_jax.ops.matmul import einsum
 from transformer_jax.ops.norms import layer_norm, rms_norm
 from transformer_jax.ops.positional import sinusoidal_table
 from transformer_jax.ops.softmax import masked_softmax, softmax
@@ -21,6 +22,7 @@ __all__ = [
     "combine_masks",
     "dot_product_scores",
     "dropout",
+    "einsum",
     "layer_norm",
     "masked_softmax",
     "padding_mask",

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.ops.dropout import dropout
+from transformer_jax.ops.matmul import einsum
 from transformer_jax.ops.softmax import masked_softmax
 
 Array = jnp.ndarray
@@ -30,7 +31,7 @@ def dot_product_scores(q: Array, k: Array) -> Array:
       (B, H, T, S) scores.
     """
     q = q / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-    return jnp.einsum("BHTK,BHSK->BHTS", q, k)
+    return einsum("BHTK,BHSK->BHTS", q, k)
 
 
 def additive_scores(q_features: Array, k_features: Array, w_v: Array) -> Array:
@@ -73,7 +74,7 @@ def attend(
     """
     weights = masked_softmax(scores, mask)  # (B, H, T, S)
     dropped = dropout(weights, dropout_rate, dropout_rng, deterministic)
-    out = jnp.einsum("BHTS,BHSK->BHTK", dropped.astype(v.dtype), v)  # (B, H, T, K)
+    out = einsum("BHTS,BHSK->BHTK", dropped.astype(v.dtype), v)  # (B, H, T, K)
     return out, weights
 
 

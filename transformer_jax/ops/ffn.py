@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.ops.dropout import dropout
+from transformer_jax.ops.matmul import einsum
 
 Array = jnp.ndarray
 
@@ -34,19 +35,23 @@ def position_wise_ffn(
 
     Args:
       x: (B, T, D).
-      w1: (D, F), b1: (F,), w2: (F, D), b2: (D,).
+      w1: (D, F), b1: (F,), w2: (F, D), b2: (D,). Weights are cast to x.dtype (the
+        compute dtype); biases are added in float32.
 
     Returns:
       (B, T, D).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
-    h = jnp.einsum("BTD,DF->BTF", x, w1)  # (B, T, F)
+    # Matmuls accumulate in float32 and the bias is added before rounding back to the
+    # compute dtype: one cast per layer, and a float32 bias gradient.
+    dtype = x.dtype
+    h = einsum("BTD,DF->BTF", x, w1.astype(dtype), out_dtype=jnp.float32)  # (B, T, F)
     if b1 is not None:
         h = h + b1
-    h = ACTIVATIONS[activation](h)
+    h = ACTIVATIONS[activation](h).astype(dtype)
     h = dropout(h, dropout_rate, dropout_rng, deterministic)
-    y = jnp.einsum("BTF,FD->BTD", h, w2)  # (B, T, D)
+    y = einsum("BTF,FD->BTD", h, w2.astype(dtype), out_dtype=jnp.float32)  # (B, T, D)
     if b2 is not None:
         y = y + b2
-    return y
+    return y.astype(dtype)

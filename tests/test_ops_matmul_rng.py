@@ -1,0 +1,101 @@
+"""ops.einsum (float32-accumulating low-precision matmuls) and the unrolled CPU Threefry."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_jax import ops
+from transformer_jax.ops import fast_rng
+
+SPECS = [
+    ("BTD,DF->BTF", (2, 5, 8), (8, 12)),
+    ("BTD,DHK->BHTK", (2, 5, 8), (8, 3, 4)),
+    ("BHTK,HKD->BTD", (2, 3, 5, 4), (3, 4, 8)),
+    ("BHTK,BHSK->BHTS", (2, 3, 5, 4), (2, 3, 6, 4)),
+    ("BHTS,BHSK->BHTK", (2, 3, 5, 6), (2, 3, 6, 4)),
+    ("BTD,VD->BTV", (2, 5, 8), (11, 8)),
+]
+
+
+def _operands(shape_a, shape_b, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=shape_a), rng.normal(size=shape_b)
+
+
+@pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
+def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b):
+    a, b = _operands(shape_a, shape_b)
+    # bf16-representable inputs, so the only error left is the bf16 cast of the output
+    # and of the cotangent; float32 accumulation keeps it at bf16 resolution (~0.4 %).
+    a = np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64)
+    b = np.asarray(jnp.asarray(b, jnp.bfloat16), np.float64)
+    g = np.random.default_rng(1).normal(size=np.einsum(spec, a, b).shape)
+    g = np.asarray(jnp.asarray(g, jnp.bfloat16), np.float64)
+
+    def loss(x, y):
+        out = ops.einsum(spec, x, y, out_dtype=jnp.float32)
+        return jnp.sum(out * jnp.asarray(g, jnp.float32))
+
+    out = ops.einsum(spec, jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16))
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(
+        np.asarray(out, np.float64), np.einsum(spec, a, b), rtol=2e-2, atol=2e-2
+    )
+
+    da, db = jax.grad(loss, argnums=(0, 1))(
+        jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16)
+    )
+    assert da.dtype == db.dtype == jnp.bfloat16
+    lhs, rhs = spec.split("->")[0].split(",")
+    out_idx = spec.split("->")[1]
+    want_da = np.einsum(f"{out_idx},{rhs}->{lhs}", g, b)
+    want_db = np.einsum(f"{lhs},{out_idx}->{rhs}", a, g)
+    for got, want in ((da, want_da), (db, want_db)):
+        err = np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max()
+        assert err < 1e-2, (spec, err)
+
+
+def test_float32_is_plain_einsum():
+    a, b = _operands((2, 5, 8), (8, 12))
+    a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+    np.testing.assert_array_equal(ops.einsum("BTD,DF->BTF", a, b), jnp.einsum("BTD,DF->BTF", a, b))
+
+
+def test_bf16_matmul_accumulates_in_float32():
+    # 4096 products of 1 + 2^-7 each sum to 4128; a bf16 accumulator (spacing 32 at 4096)
+    # could not hold it.
+    a = jnp.full((1, 4096), 1 + 2**-7, jnp.bfloat16)
+    b = jnp.ones((4096, 1), jnp.bfloat16)
+    out = ops.einsum("MK,KN->MN", a, b, out_dtype=jnp.float32)
+    assert abs(float(out[0, 0]) - 4096 * (1 + 2**-7)) < 1e-2
+
+
+def test_mixed_dtypes_and_lonely_indices_are_rejected():
+    with pytest.raises(TypeError, match="differ in dtype"):
+        ops.einsum("MK,KN->MN", jnp.ones((2, 3)), jnp.ones((3, 4), jnp.bfloat16))
+    with pytest.raises(ValueError, match="summed away"):
+        ops.einsum("MKX,KN->MN", jnp.ones((2, 3, 2), jnp.bfloat16), jnp.ones((3, 4), jnp.bfloat16))
+
+
+def _dropout_bits():
+    # A fresh function each time: the lowering is chosen when a function is traced.
+    key = jax.random.fold_in(jax.random.key(3), 7)
+    return np.asarray(jax.jit(lambda k: jax.random.bits(k, (64, 33), jnp.uint32))(key))
+
+
+def test_unrolled_threefry_gives_the_same_bits_without_loops():
+    assert fast_rng.available()
+    try:
+        fast_rng.disable()
+        rolled = _dropout_bits()
+        rolled_hlo = jax.jit(lambda k: jax.random.bits(k, (8,))).lower(jax.random.key(0)).as_text()
+        fast_rng.enable()
+        unrolled = _dropout_bits()
+        unrolled_hlo = (
+            jax.jit(lambda k: jax.random.bits(k, (9,))).lower(jax.random.key(0)).as_text()
+        )
+    finally:
+        fast_rng.enable_unless_opted_out()
+    np.testing.assert_array_equal(rolled, unrolled)
+    assert "while" in rolled_hlo and "while" not in unrolled_hlo

