@@ -76,9 +76,7 @@ def main() -> None:
     )
     state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
     n_dev = jax.local_device_count()
-    batch = {
-        k: v.reshape((n_dev, -1) + v.shape[1:]) for k, v in common.padded_batch(s, 0).items()
-    }
+    batch = {k: v.reshape((n_dev, -1) + v.shape[1:]) for k, v in common.padded_batch(s, 0).items()}
     batch = parallel.put_batch(batch)
 
     start = time.perf_counter()
