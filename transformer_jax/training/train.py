@@ -6,9 +6,11 @@ TensorBoard) and data-parallel over all devices of all processes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,27 @@ class NonFiniteLossError(FloatingPointError):
     """The loss or the gradient became NaN/Inf; the run stops without saving that state."""
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict[str, Any]:
-    """Trains (or resumes) in `workdir`, evaluates, checkpoints; returns the final eval metrics."""
+@dataclasses.dataclass(frozen=True)
+class StepEnd:
+    """What an `after_step` hook sees after each device call; valid during the call only."""
+
+    step: int  # optimizer steps done
+    total_steps: int
+    batches: list[dict[str, np.ndarray]]  # this call's host batches, leaves (D_local, B_dev, ...)
+    params: Callable[[], Any]  # fetches the current parameters to the host (waits for the step)
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict,
+    workdir: str | Path,
+    *,
+    after_step: Callable[[StepEnd], bool] | None = None,
+) -> dict[str, Any]:
+    """Trains (or resumes) in `workdir`, evaluates, checkpoints; returns the final eval metrics.
+
+    `after_step`, for measurements only (time to BLEU, compile counts): called on the host
+    after every device call; returning True ends the run there as if it were the last step.
+    """
     # ---------------------------------------------------------------- validate and set up
     workdir = Path(workdir)
     validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
@@ -146,6 +167,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         )
         return summary
 
+    def current_params() -> Any:
+        return parallel.get_replicated(device_state.params)
+
     def checkpoint(step: int) -> None:
         host_state = parallel.get_replicated(device_state)
         leaves = jax.tree_util.tree_leaves_with_path(host_state.params)
@@ -166,16 +190,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
         step = start_step
         while step < total_steps:
             n = min(config.steps_per_call, next_boundary(step) - step)
+            host_batches = [next(train_iter) for _ in range(n)]
             if n == 1:
-                batch = parallel.put_batch(next(train_iter))
+                batch = parallel.put_batch(host_batches[0])
                 device_state, metrics = p_train_step(device_state, batch)
             else:
-                batches = parallel.put_batches([next(train_iter) for _ in range(n)])
+                batches = parallel.put_batches(host_batches)
                 device_state, metrics = p_train_steps(device_state, batches)
             step += n
             pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
+            stop = after_step is not None and after_step(
+                StepEnd(step, total_steps, host_batches, current_params)
+            )
 
-            last = step == total_steps
+            last = step == total_steps or stop
             do_eval = last or (config.eval_every_steps and step % config.eval_every_steps == 0)
             do_save = last or (
                 config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0
@@ -202,6 +230,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                 checkpoint(step)  # asynchronous write; NaN states never get here
             if do_eval:
                 final = evaluate(step)
+            if stop:
+                break
 
         # ---------------------------------------------------------------- final evaluation
         if final is None:  # nothing left to train: the checkpoint was already at the last step

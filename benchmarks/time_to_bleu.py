@@ -1,0 +1,264 @@
+r"""Time to BLEU: test-split sacreBLEU / chrF of a fra-eng run at wall-clock checkpoints.
+
+    python -m benchmarks.time_to_bleu --checkpoints_min=5,10,20
+    python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:variant=small \
+        --set model.dtype=bfloat16 --set num_train_steps=100000 --checkpoints_min=10,30 \
+        --beam_size=4 --out=runs/ttb.json
+    python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:runlocal \
+        --checkpoints_min=0.5,1 --num_test=50                     # a smoke test, ~2 minutes
+
+Training is the project's own loop (`training.train_and_evaluate`) in a fresh workdir; its
+`after_step` hook reads the clock after every step. The clock starts before the run, so data
+preparation, tokenizer training and compilation count (`--set data.data_dir=<empty dir>` makes
+them cold: the dataset is built from the zip and SentencePiece trained again). When a
+checkpoint is due, the hook fetches the parameters (waiting for the step), stops the clock,
+translates the first `--num_test` test pairs (greedy, and beam `--beam_size` if > 1) and
+restarts the clock: evaluation is never charged to training. The loop's own periodic
+validation is turned off for the same reason (it runs once, after the last checkpoint).
+Prints a markdown table; `--out` writes the rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+
+from benchmarks import common
+from transformer_jax.data import load_split_pairs, load_tokenizers, sources
+from transformer_jax.evaluation.bleu import corpus_bleu, corpus_chrf, detokenize_book
+from transformer_jax.evaluation.report import book_style, decode_sentences
+from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR, InferenceBundle
+from transformer_jax.training.config import load_config_file
+from transformer_jax.training.state import model_config_from
+from transformer_jax.training.train import StepEnd, train_and_evaluate
+
+DEFAULT_CONFIG = "configs/fra_eng.py"
+
+
+# ---------------------------------------------------------------------------- run config
+
+
+def load_config(spec: str, sets: list[str]) -> ml_collections.ConfigDict:
+    """`configs/x.py[:arg]` plus `key=value` overrides (dotted keys, parsed as the old value)."""
+    config = load_config_file(spec)
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: write key=value, e.g. --set model.dtype=bfloat16.")
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+                raise ValueError(f"--set {item!r}: no section {part!r}; valid: {sorted(node)}.")
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"--set {item!r}: no key {leaf!r}; valid here: {sorted(node)}.")
+        node[leaf] = _parse_like(node[leaf], text, item)
+    return config
+
+
+def _parse_like(old: Any, text: str, item: str) -> Any:
+    """The string `text` as a value of the type of `old` (ConfigDicts are type-checked)."""
+    if isinstance(old, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"--set {item!r}: expected true or false.")
+        return text.lower() in ("true", "1")
+    if isinstance(old, str):
+        return text
+    if isinstance(old, int | float):
+        return type(old)(text)
+    value = ast.literal_eval(text)  # tuples such as bucket_boundaries=8,14 or (8, 14)
+    return tuple(value) if isinstance(old, tuple | list) else value
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="run config, path[:variant]")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+
+
+# ---------------------------------------------------------------------------- the clock
+
+
+class Clock:
+    """Seconds since creation, minus the time spent inside `paused()`."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._paused = 0.0
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self._start - self._paused
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+class TestScorer:
+    """Translates the first n test pairs with given parameters; BLEU and chrF per search."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: Path, args: argparse.Namespace):
+        # The loop saved its tokenizers before the first step; the dataset is built by then too.
+        src_tok, tgt_tok = load_tokenizers(workdir / TOKENIZER_DIR)
+        model_config = model_config_from(config, src_tok.vocab_size, tgt_tok.vocab_size)
+        self.bundle = InferenceBundle(
+            config, model_config.replace(deterministic=True), None, src_tok, tgt_tok, 0
+        )
+        pairs = load_split_pairs(config.data, config.data.test_split)[: args.num_test]
+        detok = detokenize_book if book_style(config) else (lambda s: s)
+        self.sources = [src for src, _ in pairs]
+        self.references = [detok(tgt) for _, tgt in pairs]
+        self.detok = detok
+        self.beams = [1] + ([args.beam_size] if args.beam_size > 1 else [])
+        self.decode_kw = dict(
+            max_decode_len=config.eval.max_decode_len or config.data.max_tgt_len,
+            batch_size=config.eval.decode_batch_size,
+            alpha=args.alpha,
+        )
+
+    def __call__(self, params: Any) -> dict[str, float]:
+        self.bundle.params = params
+        scores = {}
+        for beam in self.beams:
+            run = decode_sentences(self.bundle, self.sources, beam_size=beam, **self.decode_kw)
+            hyps = [self.detok(h) for h in run.hypotheses]
+            scores[f"bleu_beam{beam}"] = corpus_bleu(hyps, self.references)
+            scores[f"chrf_beam{beam}"] = corpus_chrf(hyps, self.references)
+        return scores
+
+
+# ---------------------------------------------------------------------------- the hook
+
+
+class CheckpointHook:
+    """`after_step` hook: counts tokens, evaluates when a wall-clock checkpoint is due."""
+
+    def __init__(self, config, workdir: Path, args: argparse.Namespace, clock: Clock):
+        self.config, self.workdir, self.args, self.clock = config, workdir, args, clock
+        self.due = sorted(float(m) for m in args.checkpoints_min.split(","))
+        self.tokens = 0  # non-pad source + target tokens trained on
+        self.rows: list[dict[str, Any]] = []
+        self._scorer: TestScorer | None = None
+
+    def __call__(self, end: StepEnd) -> bool:
+        self.tokens += sum(common.non_pad_tokens(b) for b in end.batches)  # host numpy: no sync
+        ended = end.step == end.total_steps
+        if not ended and self.clock.seconds() < 60 * self.due[0]:
+            return False
+        params = end.params()  # waits for the step, so the clock includes it
+        seconds = self.clock.seconds()
+        with self.clock.paused():
+            start = time.perf_counter()
+            if self._scorer is None:
+                self._scorer = TestScorer(self.config, self.workdir, self.args)
+            scores = self._scorer(params)
+            eval_s = time.perf_counter() - start
+        reached = [m for m in self.due if 60 * m <= seconds]
+        self.due = [m for m in self.due if 60 * m > seconds]
+        row = {
+            "checkpoint_min": reached[-1] if reached else None,
+            "minutes": seconds / 60,
+            "steps": end.step,
+            "train_tokens": self.tokens,
+            **scores,
+            "eval_seconds": eval_s,
+            "note": f"run ended: num_train_steps={end.total_steps}" if ended and self.due else "",
+        }
+        self.rows.append(row)
+        print(_row_line(row, self._scorer.beams), flush=True)
+        return not self.due
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _model_line(m: ml_collections.ConfigDict) -> str:
+    return (
+        f"{m.num_encoder_layers}+{m.num_decoder_layers} layers, D {m.model_dim}, H {m.num_heads}, "
+        f"F {m.ffn_dim}, {m.dtype}"
+    )
+
+
+def _header(beams: list[int]) -> str:
+    cols = ["checkpoint min", "minutes", "steps", "train tokens (src+tgt)"]
+    for beam in beams:
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        cols += [f"test BLEU {search}", f"chrF {search}"]
+    cols += ["eval s (paused)", "note"]
+    return "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
+
+
+def _row_line(row: dict[str, Any], beams: list[int]) -> str:
+    target = "-" if row["checkpoint_min"] is None else f"{row['checkpoint_min']:g}"
+    cells = [target, f"{row['minutes']:.2f}", f"{row['steps']:,}", f"{row['train_tokens']:,}"]
+    for beam in beams:
+        cells += [f"{row[f'bleu_beam{beam}']:.2f}", f"{row[f'chrf_beam{beam}']:.2f}"]
+    cells += [f"{row['eval_seconds']:.1f}", row["note"]]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_config_args(parser)
+    parser.add_argument("--checkpoints_min", default="5,10,20", help="wall-clock minutes")
+    parser.add_argument("--num_test", type=int, default=1000, help="first n test pairs")
+    parser.add_argument("--beam_size", type=int, default=1, help="> 1: also beam search")
+    parser.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
+    parser.add_argument("--workdir", default="", help="empty or new dir (default: a temp dir)")
+    parser.add_argument("--out", default="", help="write the rows as JSON here")
+    args = parser.parse_args()
+
+    clock = Clock()  # the run starts now: everything below counts, except evaluation
+    config = load_config(args.config, args.set)
+    config.eval_every_steps = 0  # the loop's validation would be charged to training time
+    config.eval.num_bleu_examples = 0  # ... and it runs once more after the last checkpoint
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_bleu_"))
+    if (workdir / CHECKPOINT_DIR).exists():
+        raise SystemExit(f"{workdir} has checkpoints: a resumed run is not timed from scratch.")
+    prepared = config.data.name != "fra_eng" or sources.fra_eng_builder(config.data).is_prepared()
+    hook = CheckpointHook(config, workdir, args, clock)
+    print(
+        f"config {args.config} {' '.join(args.set)} | model {_model_line(config.model)} | "
+        f"devices {jax.devices()} | test: first {args.num_test} pairs of "
+        f"{config.data.test_split!r}, sacreBLEU on detokenised text | workdir {workdir}\n"
+        "Wall clock counts from the start of the run: data preparation (dataset already "
+        f"built: {'yes' if prepared else 'no'}, data_dir {config.data.data_dir}), tokenizer "
+        "training (SentencePiece models are cached in data_dir), compilation and checkpoint "
+        "saves are included; evaluation pauses it.",
+        flush=True,
+    )
+    print(_header([1] + ([args.beam_size] if args.beam_size > 1 else [])), flush=True)
+    try:
+        train_and_evaluate(config, workdir, after_step=hook)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if hook.due:
+        print(f"not reached: {hook.due} min (the run ended first)")
+    if args.out:
+        Path(args.out).write_text(json.dumps(hook.rows, indent=2))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
