@@ -26,6 +26,7 @@ _DEFAULTS = dict(
     tie_output=False,
     use_bias=True,
     dtype="float32",
+    remat=False,
     pad_id=0,
 )
 

@@ -217,6 +217,44 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
     assert np.abs(np.asarray(f32 - bf16)).max() < 0.1 * np.abs(np.asarray(f32)).max()
 
 
+def test_bfloat16_gradients_are_close_to_float32():
+    # The bf16 path has its own VJP (ops.einsum); its gradients must still be the model's.
+    src, src_len, tgt = _batch()
+    cfg = _cfg(deterministic=True)
+    params = _init(cfg, (src, src_len, tgt))
+
+    def loss(p, dtype):
+        logits = Transformer(cfg.replace(dtype=dtype)).apply({"params": p}, src, src_len, tgt)
+        return -jnp.mean(jax.nn.log_softmax(logits)[..., 5])
+
+    g32 = jax.grad(loss)(params, "float32")
+    g16 = jax.grad(loss)(params, "bfloat16")
+    # Against the largest gradient: some leaves (the key bias) have a true gradient of 0.
+    scale = max(np.abs(np.asarray(a)).max() for a in jax.tree.leaves(g32))
+    for a, b in zip(jax.tree.leaves(g32), jax.tree.leaves(g16), strict=True):
+        assert b.dtype == jnp.float32
+        assert np.abs(np.asarray(a) - np.asarray(b)).max() <= 0.02 * scale
+
+
+def test_remat_changes_neither_parameters_nor_gradients():
+    batch = _batch()
+    cfg = _cfg(dropout_rate=0.1)
+    params = _init(cfg, batch)
+    assert jax.tree.structure(_init(cfg.replace(remat=True), batch)) == jax.tree.structure(params)
+
+    def loss(p, remat):
+        model = Transformer(cfg.replace(remat=remat))
+        logits = model.apply({"params": p}, *batch, rngs={"dropout": jax.random.key(1)})
+        return jnp.mean(logits**2)
+
+    grads = jax.grad(loss)(params, False)
+    remat_grads = jax.grad(loss)(params, True)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(remat_grads), strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: loss(p, True)))(params))
+    assert "remat" in jaxpr or "checkpoint" in jaxpr
+
+
 def test_decoder_only_causal_lm_is_causal():
     cfg = _cfg(deterministic=True, num_encoder_layers=0)
     tokens = jax.random.randint(jax.random.key(0), (2, 8), 4, V_TGT)

@@ -47,7 +47,12 @@ class ModelConfig:
       share_embeddings: one embedding table for source and target (needs equal vocabs).
       tie_output: the output projection reuses the target embedding matrix.
       use_bias: biases on the Q, K, V, O projections.
-      dtype: compute dtype, "float32" or "bfloat16" (parameters stay float32).
+      dtype: compute dtype, "float32" or "bfloat16" (parameters stay float32). bfloat16
+        matmuls accumulate in float32 (`ops.einsum`); on CPUs with AMX or AVX512-BF16 and on
+        TPUs they run ~2× faster (benchmarks/README.md).
+      remat: recompute each block's activations in the backward pass instead of keeping
+        them (`nn.remat`): activation memory of one block instead of all, for about one
+        more forward pass of compute. Training only; parameters and results are unchanged.
       deterministic: no dropout (evaluation, decoding).
       decode: incremental decoding with the key/value cache.
       pad_id: the padding token id.
@@ -74,6 +79,7 @@ class ModelConfig:
     tie_output: bool = False
     use_bias: bool = True
     dtype: str = "float32"
+    remat: bool = False
     deterministic: bool = False
     decode: bool = False
     pad_id: int = 0

@@ -14,6 +14,11 @@ from transformer_jax.nn.normalization import Norm
 Array = jnp.ndarray
 
 
+def _maybe_remat(block: type[nn.Module], cfg: ModelConfig) -> type[nn.Module]:
+    """`nn.remat(block)` when `cfg.remat` (not in decode mode: no backward pass there)."""
+    return nn.remat(block) if cfg.remat and not cfg.decode else block
+
+
 class Encoder(nn.Module):
     """Token ids (B, S) and valid lengths (B,) -> (B, S, D). Also an encoder-only model.
 
@@ -29,8 +34,9 @@ class Encoder(nn.Module):
         embed = self.embed or Embed(cfg.src_vocab_size, cfg, name="embed")
         x = PositionalEncoding(cfg, name="positions")(embed(src))  # (B, S, D)
         mask = ops.valid_length_mask(src_len, src.shape[1])  # (B, 1, 1, S)
+        block = _maybe_remat(EncoderBlock, cfg)
         for i in range(cfg.num_encoder_layers):
-            x = EncoderBlock(cfg, name=f"block_{i}")(x, mask)
+            x = block(cfg, name=f"block_{i}")(x, mask)
         if cfg.norm_placement == "pre":
             x = Norm(cfg, name="final_norm")(x)
         return x
@@ -60,8 +66,9 @@ class Decoder(nn.Module):
             if src_len is None:
                 raise ValueError("Decoder needs src_len (B,) whenever memory is given.")
             memory_mask = ops.valid_length_mask(src_len, memory.shape[1])  # (B, 1, 1, S)
+        block = _maybe_remat(DecoderBlock, cfg)
         for i in range(cfg.num_decoder_layers):
-            x = DecoderBlock(cfg, name=f"block_{i}")(x, self_mask, memory, memory_mask)
+            x = block(cfg, name=f"block_{i}")(x, self_mask, memory, memory_mask)
         if cfg.norm_placement == "pre":
             x = Norm(cfg, name="final_norm")(x)
         return x
