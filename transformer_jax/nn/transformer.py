@@ -29,12 +29,9 @@ class Dense(nn.Module):
         init = nn.initializers.xavier_uniform()
         kernel = self.param("kernel", init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
-        y = ops.einsum(
-            "...D,DN->...N".replace("...", "BT"[: x.ndim - 1]),
-            x.astype(self.dtype),
-            kernel.astype(self.dtype),
-            out_dtype=jnp.float32,
-        )
+        lead = "ABCEFG"[: x.ndim - 1]  # batch-like axes: (B, T) for (B, T, D) inputs
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        y = ops.einsum(f"{lead}D,DN->{lead}N", x, kernel, out_dtype=jnp.float32)
         return (y + bias).astype(self.out_dtype)
 
 
