@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -102,3 +103,63 @@ def test_clipped_adam_matches_a_float64_reference_over_two_steps():
 def test_unknown_schedule_names_the_choices():
     with pytest.raises(ValueError, match="paper"):
         optimizer.make_schedule(ml_collections.ConfigDict({"schedule": "cosine"}), 8)
+
+
+def reference_smoothed_ce_grad(logits, targets, eps, g_loss):
+    """d(Σ g_loss·loss)/d logits in float64: g_loss·(p - q)."""
+    logits = np.asarray(logits, np.float64)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    vocab = logits.shape[-1]
+    q = np.full(logits.shape, eps / (vocab - 1))
+    np.put_along_axis(q, targets[..., None], 1.0 - eps, axis=-1)
+    return g_loss[..., None] * (p - q)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_token_losses_gradient_matches_float64_reference(eps):
+    """The hand-written VJP (softmax - q in one pass) against the analytic float64 gradient
+    and against autodiff through an explicit log-softmax; nll and correct carry none."""
+    rng = np.random.default_rng(2)
+    logits = (rng.normal(size=(2, 3, 13)) * 4).astype(np.float32)
+    targets = rng.integers(0, 13, (2, 3))
+    g_loss = rng.normal(size=(2, 3))
+
+    def objective(z, which=0):
+        return jnp.sum(losses.token_losses(z, jnp.asarray(targets), eps)[which] * g_loss)
+
+    got = jax.grad(objective)(jnp.asarray(logits))
+    np.testing.assert_allclose(
+        got, reference_smoothed_ce_grad(logits, targets, eps, g_loss), atol=2e-6
+    )
+
+    def autodiff(z):  # the textbook formula, label smoothing over the other V - 1 classes
+        log_p = jax.nn.log_softmax(z, axis=-1)
+        nll = -jnp.take_along_axis(log_p, jnp.asarray(targets)[..., None], -1)[..., 0]
+        others = -jnp.sum(log_p, axis=-1) - nll
+        return jnp.sum(((1 - eps) * nll + eps / 12 * others) * g_loss)
+
+    np.testing.assert_allclose(got, jax.grad(autodiff)(jnp.asarray(logits)), atol=2e-6)
+    for metric in (1, 2):
+        assert not np.any(jax.grad(objective)(jnp.asarray(logits), metric))
+
+
+def test_token_losses_bfloat16_logits_and_ties():
+    """bfloat16 logits give a float32 loss close to the float32 one and a bfloat16 gradient;
+    `correct` is the argmax hit, with an exact tie for the maximum counted as a hit."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(4, 9)).astype(np.float32)[None]
+    targets = np.asarray(rng.integers(0, 9, (1, 4)))
+    full = losses.token_losses(jnp.asarray(logits), targets, 0.1)
+    half = losses.token_losses(jnp.asarray(logits, jnp.bfloat16), targets, 0.1)
+    assert half[0].dtype == jnp.float32
+    np.testing.assert_allclose(half[0], full[0], atol=3e-2)
+    grad = jax.grad(lambda z: jnp.sum(losses.token_losses(z, targets, 0.1)[0]))
+    assert grad(jnp.asarray(logits, jnp.bfloat16)).dtype == jnp.bfloat16
+    np.testing.assert_array_equal(full[2], (logits.argmax(-1) == targets).astype(np.float32))
+    tied = np.zeros((1, 1, 5), np.float32)
+    tied[0, 0, [1, 3]] = 2.0
+    _, _, correct = losses.token_losses(jnp.asarray(tied), np.array([[3]]), 0.0)
+    assert float(correct[0, 0]) == 1.0
+    with pytest.raises(ValueError, match="label_smoothing"):
+        losses.token_losses(jnp.asarray(tied), np.array([[3]]), 1.0)
