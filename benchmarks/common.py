@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -95,21 +94,6 @@ def matmul_peak(size: int = 2048, repeats: int = 10) -> float:
         dot(a, a).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
-
-
-def time_calls(fn: Callable[[], object], warmup: int, steps: int) -> tuple[float, list[float]]:
-    """(seconds of the first call — compile + run, per-call seconds of `steps` timed calls)."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return first, times
 
 
 def summary(tokens_per_call: float, times: list[float]) -> dict[str, float]:

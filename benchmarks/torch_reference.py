@@ -50,8 +50,12 @@ class TorchSeq2Seq(nn.Module):
         return self.out(h)
 
 
-def make_train_step(s: Setting, compile: bool = False):
-    """A closure running one Adam step on a fixed batch; returns the loss (synchronously)."""
+def make_train_step(s: Setting, compile: bool = False, bf16: bool = False):
+    """A closure running one Adam step on a fixed batch; returns the loss (synchronously).
+
+    `bf16` runs forward and loss under `torch.autocast("cpu", torch.bfloat16)`, PyTorch's
+    mixed precision: float32 parameters and optimizer, bfloat16 matmuls (oneDNN).
+    """
     torch.manual_seed(0)
     model = TorchSeq2Seq(s)
     model.train()
@@ -65,8 +69,9 @@ def make_train_step(s: Setting, compile: bool = False):
         tgt_out = torch.from_numpy(batch["tgt_out"]).long()
         src_pad = src == 0
         opt.zero_grad(set_to_none=True)
-        logits = forward(src, src_pad, tgt_in)
-        loss = loss_fn(logits.reshape(-1, s.vocab), tgt_out.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(src, src_pad, tgt_in)
+            loss = loss_fn(logits.float().reshape(-1, s.vocab), tgt_out.reshape(-1))
         loss.backward()
         opt.step()
         return loss.item()

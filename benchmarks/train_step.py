@@ -6,8 +6,12 @@ r"""Training-step speed: transformer_jax vs torch.nn.Transformer on identical pa
 For each setting: non-pad source+target tokens/second (median, min, max over --steps timed
 steps after warm-up), compile time (first call), and MFU = model FLOPs per step
 (`benchmarks.common.train_flops`, formula in its docstring) / step time / the float32
-matmul peak measured in the same run. Each JAX call runs `--steps_per_call` optimizer
-steps (a `lax.scan` over a stack of batches) when the training library supports it.
+matmul peak measured in the same run. The implementations are timed in turns (one step
+each, round after round), so a drifting machine does not skew the ratio. Each JAX call
+runs `--steps_per_call` optimizer steps (a `lax.scan` over a stack of batches).
+`--dtype=bfloat16` runs both sides in mixed precision: the model's bfloat16 compute, and
+torch under `torch.autocast("cpu", torch.bfloat16)`. With several local devices the one
+global batch is split over them (B / n rows each), so both sides see identical batches.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -43,13 +48,14 @@ def jax_model_config(s: common.Setting, dtype: str = "float32") -> ModelConfig:
     )
 
 
-def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
+def make_jax(s: common.Setting, args: argparse.Namespace) -> tuple[Callable[[], None], float, int]:
+    """(one call, non-pad tokens per call, optimizer steps per call) of the JAX step."""
     model_config = jax_model_config(s, args.dtype)
     config = training_defaults()
     config.label_smoothing = 0.0
     config.schedule, config.learning_rate = "constant", 1e-4
     tx, schedule = make_optimizer(config, s.model_dim)
-    parallel = DataParallel.create("pmap")
+    parallel = DataParallel.create(args.parallelism)
     kwargs = step_kwargs(config, model_config, tx, schedule)
     n = args.steps_per_call
     if n == 1:
@@ -69,34 +75,59 @@ def bench_jax(s: common.Setting, args: argparse.Namespace) -> dict[str, float]:
     ]
     box = {"state": state, "i": 0}
 
-    def call():
+    def call() -> None:
         box["state"], metrics = step(box["state"], batches[box["i"] % len(batches)])
         box["i"] += 1
         jax.block_until_ready(metrics)
 
-    first, times = common.time_calls(call, args.warmup, args.steps)
-    # Batches differ in padding; report tokens of the batches actually timed.
     mean_tokens = np.mean([common.non_pad_tokens(b) for b in global_batches])
-    out = common.summary(mean_tokens * n, times)
-    out["step_s"] /= n  # per optimizer step
-    out["compile_s"] = first
-    return out
+    return call, mean_tokens * n, n
 
 
-def bench_torch(s: common.Setting, compile: bool, args: argparse.Namespace) -> dict[str, float]:
+def make_torch(
+    s: common.Setting, compile: bool, args: argparse.Namespace
+) -> tuple[Callable[[], None], float, int]:
     from benchmarks import torch_reference
 
-    step, _ = torch_reference.make_train_step(s, compile=compile)
+    bf16 = args.dtype == "bfloat16"  # the same policy: torch.autocast bfloat16
+    step, _ = torch_reference.make_train_step(s, compile=compile, bf16=bf16)
     batches = [common.padded_batch(s, seed=i) for i in range(4)]
     box = {"i": 0}
 
-    def call():
+    def call() -> None:
         step(batches[box["i"] % len(batches)])
         box["i"] += 1
 
-    first, times = common.time_calls(call, args.warmup, args.steps)
-    out = common.summary(np.mean([common.non_pad_tokens(b) for b in batches]), times)
-    out["compile_s"] = first
+    return call, float(np.mean([common.non_pad_tokens(b) for b in batches])), 1
+
+
+def run_interleaved(
+    impls: dict[str, tuple[Callable[[], None], float, int]], warmup: int, steps: int
+) -> dict[str, dict[str, float]]:
+    """Compile/warm each implementation, then time them in turns: A B C A B C ...
+
+    The machine's speed drifts by tens of percent over minutes (a shared VM), so timing
+    one implementation after the other would fold that drift into the ratio; in turns,
+    every implementation sees the same conditions.
+    """
+    compile_s = {}
+    for name, (call, _, _) in impls.items():
+        start = time.perf_counter()
+        call()
+        compile_s[name] = time.perf_counter() - start
+        for _ in range(warmup):
+            call()
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(steps):
+        for name, (call, _, _) in impls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    out = {}
+    for name, (_, tokens, n) in impls.items():
+        out[name] = common.summary(tokens, times[name])
+        out[name]["step_s"] /= n  # per optimizer step
+        out[name]["compile_s"] = compile_s[name]
     return out
 
 
@@ -107,6 +138,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--steps_per_call", type=int, default=1, help="lax.scan steps per call")
+    parser.add_argument("--parallelism", default="pmap", choices=["pmap", "shard_map"])
     parser.add_argument("--no_torch", action="store_true")
     parser.add_argument("--torch_compile", action="store_true")
     args = parser.parse_args()
@@ -132,11 +164,12 @@ def main() -> None:
     for name in args.settings.split(","):
         s = common.SETTINGS[name]
         flops = common.train_flops(s)
-        results = {"transformer_jax": bench_jax(s, args)}
+        impls = {"transformer_jax": make_jax(s, args)}
         if have_torch:
-            results["torch eager"] = bench_torch(s, False, args)
+            impls["torch eager"] = make_torch(s, False, args)
             if args.torch_compile:
-                results["torch.compile"] = bench_torch(s, True, args)
+                impls["torch.compile"] = make_torch(s, True, args)
+        results = run_interleaved(impls, args.warmup, args.steps)
         for impl, r in results.items():
             mfu = flops / r["step_s"] / peak
             rows.append(

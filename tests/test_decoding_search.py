@@ -188,3 +188,17 @@ def test_beam_batch_rows_are_independent():
     for b in range(2):
         np.testing.assert_array_equal(both[b], solo[0])
         np.testing.assert_allclose(both_scores[b], solo_scores[0], rtol=1e-6)
+
+
+def test_first_argmax_equals_jnp_argmax_including_ties():
+    from transformer_jax.decoding.search import first_argmax
+
+    rng = np.random.default_rng(7)
+    logits = rng.normal(size=(50, 37)).astype(np.float32)
+    logits[3, [4, 9, 30]] = 10.0  # a three-way tie: the first index wins, as in argmax
+    logits[5] = 0.0  # an all-equal row
+    logits = jnp.asarray(logits)
+    got = first_argmax(logits)
+    assert got.dtype == jnp.int32
+    np.testing.assert_array_equal(got, jnp.argmax(logits, axis=-1))
+    assert int(got[3]) == 4 and int(got[5]) == 0

@@ -62,6 +62,24 @@ def test_float32_is_plain_einsum():
     np.testing.assert_array_equal(ops.einsum("BTD,DF->BTF", a, b), jnp.einsum("BTD,DF->BTF", a, b))
 
 
+@pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
+def test_float32_gradients_match_float64(spec, shape_a, shape_b):
+    """The own VJP (weight gradients in (output, input) order, then transposed) in float32."""
+    a, b = _operands(shape_a, shape_b, seed=2)
+    g = np.random.default_rng(3).normal(size=np.einsum(spec, a, b).shape)
+
+    def loss(x, y):
+        return jnp.sum(ops.einsum(spec, x, y) * jnp.asarray(g, jnp.float32))
+
+    da, db = jax.grad(loss, argnums=(0, 1))(
+        jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
+    )
+    lhs, rhs = spec.split("->")[0].split(",")
+    out_idx = spec.split("->")[1]
+    np.testing.assert_allclose(da, np.einsum(f"{out_idx},{rhs}->{lhs}", g, b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db, np.einsum(f"{lhs},{out_idx}->{rhs}", a, g), rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_matmul_accumulates_in_float32():
     # 4096 products of 1 + 2^-7 each sum to 4128; a bf16 accumulator (spacing 32 at 4096)
     # could not hold it.
