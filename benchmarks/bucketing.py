@@ -34,6 +34,7 @@ import numpy as np
 from benchmarks import common
 from benchmarks.time_to_bleu import add_config_args, load_config
 from transformer_jax.data import bucketing, create_input_pipeline
+from transformer_jax.nn.precision import fast_compute_dtype
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
@@ -106,7 +107,7 @@ def measure(modes: dict[str, Mode], warmup: int, steps: int) -> dict[str, dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_config_args(parser)
-    parser.add_argument("--dtype", default="", choices=["", "float32", "bfloat16"])
+    parser.add_argument("--dtype", default="", choices=["", "float32", "bfloat16", "auto"])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per mode")
     args = parser.parse_args()
@@ -119,7 +120,8 @@ def main() -> None:
     m, d = config.model, config.data
     print(
         f"config {args.config} {' '.join(args.set)} | {m.num_encoder_layers}+"
-        f"{m.num_decoder_layers} layers, D {m.model_dim}, F {m.ffn_dim}, {m.dtype} | global "
+        f"{m.num_decoder_layers} layers, D {m.model_dim}, F {m.ffn_dim}, {m.dtype} "
+        f"(computes in {fast_compute_dtype() if m.dtype == 'auto' else m.dtype}) | global "
         f"batch {d.batch_size}, max lengths {d.max_src_len}/{d.max_tgt_len}, "
         f"{d.tokenizer} | devices {jax.devices()} | {args.steps} timed steps per mode",
         flush=True,

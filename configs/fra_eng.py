@@ -75,10 +75,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.num_eval_examples = 1000
         c.eval.num_bleu_examples = 100
     else:
-        # The README's run: D 128, 2+2 layers, SentencePiece 2k per side, bfloat16 compute
-        # and no dropout (a run of minutes is far from overfitting 150k pairs; dropout cost a
-        # third of the step and slowed learning). `python -m benchmarks.time_to_bleu` on 2
-        # CPU cores, sacreBLEU on 1000 test pairs, greedy (benchmarks/README.md):
+        # The README's run: D 128, 2+2 layers, SentencePiece 2k per side, the machine's fast
+        # compute dtype ("auto": bfloat16 with AMX, float32 without) and no dropout (a run of
+        # minutes is far from overfitting 150k pairs; dropout cost a third of the step and
+        # slowed learning). `python -m benchmarks.time_to_bleu` on 2 CPU cores of an AMX
+        # machine, sacreBLEU on 1000 test pairs, greedy (benchmarks/README.md):
         #   bf16, dropout 0:   BLEU 28.1 at 5 min (1,201 steps), 31.6 at 10 min (1,901)
         #   bf16, dropout 0.1: BLEU 19.7 at 5 min (801 steps),   28.1 at 10 min (1,691)
         # This run as the README launches it, on an idle machine: 5m58s wall in all, 1,600
@@ -90,7 +91,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.model.num_encoder_layers = c.model.num_decoder_layers = 2
             c.model.model_dim, c.model.num_heads, c.model.ffn_dim = 128, 4, 512
             c.model.max_len = 64
-            c.model.dtype = "bfloat16"
+            c.model.dtype = "auto"  # bfloat16 on TPU/GPU/AMX CPUs, float32 elsewhere
             c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
         c.data.tokenizer = "sentencepiece"
         c.data.vocab_size = 2000  # the output softmax dominates the step time at D = 128

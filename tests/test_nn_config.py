@@ -22,7 +22,7 @@ def _cfg(**kw):
         (dict(positional="rotary"), r"choose one of \['sinusoidal', 'learned'\]"),
         (dict(norm_kind="batch"), r"choose one of \['layer', 'rms'\]"),
         (dict(activation="swish"), r"choose one of \['relu', 'gelu'\]"),
-        (dict(dtype="float16"), r"choose one of \['float32', 'bfloat16'\]"),
+        (dict(dtype="float16"), r"choose one of \['float32', 'bfloat16', 'auto'\]"),
         (dict(ffn_dim=0), r"ffn_dim must be a positive integer"),
         (dict(num_encoder_layers=-1), r"num_encoder_layers must be an integer >= 0"),
     ],

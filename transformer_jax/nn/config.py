@@ -13,6 +13,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from transformer_jax.nn.precision import fast_compute_dtype
+
 NORM_PLACEMENTS = ("post", "pre", "rezero")
 NORM_KINDS = ("layer", "rms")
 ATTENTION_KINDS = ("dot", "additive")
@@ -47,9 +49,10 @@ class ModelConfig:
       share_embeddings: one embedding table for source and target (needs equal vocabs).
       tie_output: the output projection reuses the target embedding matrix.
       use_bias: biases on the Q, K, V, O projections.
-      dtype: compute dtype, "float32" or "bfloat16" (parameters stay float32). bfloat16
-        matmuls accumulate in float32 (`ops.einsum`); on CPUs with AMX or AVX512-BF16 and on
-        TPUs they run ~2× faster (benchmarks/README.md).
+      dtype: compute dtype, "float32", "bfloat16" or "auto" (parameters stay float32).
+        bfloat16 matmuls accumulate in float32 (`ops.einsum`); they are faster on TPUs, GPUs
+        and AMX CPUs, and slower than float32 on CPUs without AMX. "auto" picks the fast one
+        for the machine it runs on (`nn.precision.fast_compute_dtype`).
       remat: recompute each block's activations in the backward pass instead of keeping
         them (`nn.remat`): activation memory of one block instead of all, for about one
         more forward pass of compute. Training only; parameters and results are unchanged.
@@ -90,7 +93,7 @@ class ModelConfig:
         _check_choice("attention_kind", self.attention_kind, ATTENTION_KINDS)
         _check_choice("positional", self.positional, POSITIONAL_KINDS)
         _check_choice("activation", self.activation, ACTIVATION_KINDS)
-        _check_choice("dtype", self.dtype, tuple(DTYPES))
+        _check_choice("dtype", self.dtype, (*DTYPES, "auto"))
         for name in ("src_vocab_size", "tgt_vocab_size", "model_dim", "num_heads", "ffn_dim"):
             _check_positive_int(name, getattr(self, name))
         for name in ("num_encoder_layers", "num_decoder_layers", "additive_dim"):
@@ -125,7 +128,8 @@ class ModelConfig:
 
     @property
     def compute_dtype(self) -> Any:
-        return DTYPES[self.dtype]
+        """The dtype of activations and matmuls; "auto" is resolved for this machine."""
+        return DTYPES[fast_compute_dtype() if self.dtype == "auto" else self.dtype]
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with `changes` applied (and validated), e.g. `replace(decode=True)`."""
