@@ -62,9 +62,37 @@ def test_float32_is_plain_einsum():
     np.testing.assert_array_equal(ops.einsum("BTD,DF->BTF", a, b), jnp.einsum("BTD,DF->BTF", a, b))
 
 
+def test_bf16_weight_gradient_under_shard_map_is_summed_over_devices():
+    """A replicated weight times sharded activations inside shard_map (check_vma=True):
+    the custom VJP's gradient must come back replicated, summed over the batch shards,
+    as plain einsum's does (it raised a type error before `pcast`)."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.normal(size=(2 * len(jax.devices()), 3, 8)), jnp.bfloat16)
+    w = jnp.asarray(rng.normal(size=(8, 5)), jnp.bfloat16)
+
+    def local_loss(w, x, fn):
+        return jax.lax.psum(jnp.sum(fn("BTD,DF->BTF", x, w).astype(jnp.float32)), "data")
+
+    def grad_with(fn):
+        mapped = jax.shard_map(
+            jax.grad(lambda w, x: local_loss(w, x, fn)),
+            mesh=mesh,
+            in_specs=(P(), P("data")),
+            out_specs=P(),
+        )
+        return np.asarray(jax.jit(mapped)(w, x), np.float64)
+
+    plain = lambda s, a, b: jnp.einsum(s, a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    np.testing.assert_allclose(grad_with(ops.einsum), grad_with(plain), rtol=2e-2)
+
+
 @pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
 def test_float32_gradients_match_float64(spec, shape_a, shape_b):
-    """The own VJP (weight gradients in (output, input) order, then transposed) in float32."""
+    """float32 takes plain autodiff through jnp.einsum; gradients against float64."""
     a, b = _operands(shape_a, shape_b, seed=2)
     g = np.random.default_rng(3).normal(size=np.einsum(spec, a, b).shape)
 

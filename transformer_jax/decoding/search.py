@@ -111,8 +111,17 @@ def tile_beams(x: Array, beam_size: int) -> Array:
 
 
 def gather_rows(state: Any, rows: Array) -> Any:
-    """Reorder every non-scalar leaf of `state` along axis 0: leaf[rows]. Scalars are shared."""
-    return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0), state)
+    """Reorder every non-scalar leaf of `state` along axis 0: leaf[rows]. Scalars are shared.
+
+    `rows` are in range by construction, so the gather clamps the (N,) indices instead of
+    `jnp.take`'s default fill mode, which selects on every gathered element of every cache
+    leaf (B·W, H, L, K) each step.
+    """
+
+    def gather(x: Array) -> Array:
+        return x if jnp.ndim(x) == 0 else jnp.take(x, rows, axis=0, mode="clip")
+
+    return jax.tree.map(gather, state)
 
 
 def beam_search(

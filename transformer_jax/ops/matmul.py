@@ -9,14 +9,7 @@ so the gradient matmuls would lose the speed-up. `einsum` therefore has its own 
 casts the cotangent to the operand dtype and runs both gradient dots with float32
 accumulation as well.
 
-The same VJP serves float32, for a layout reason: when the second operand is a weight (it
-shares no index with both the first operand and the output, e.g. "BTD,DF->BTF"), autodiff
-writes its gradient as the dot "BTD,BTF->DF", contracting the long B·T axis of both
-operands, and XLA:CPU then transposes the whole (B·T, F) cotangent first. Computing the
-gradient as "BTF,BTD->FD" and transposing the small (F, D) result instead is faster, most
-for the output projection (measured here on 2048×256×8000: 44 ms instead of 54 ms, plus
-a 60 ms transpose of the cotangent avoided inside the train step; benchmarks/README.md).
-The forward pass is plain `jnp.einsum` for float32.
+Float32 operands take plain `jnp.einsum` (the reference path, bit-for-bit unchanged).
 """
 
 from __future__ import annotations
@@ -43,8 +36,8 @@ def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None)
     if a.dtype != b.dtype:
         raise TypeError(f"einsum operands differ in dtype: {a.dtype} vs {b.dtype}; cast first.")
     out_dtype = jnp.dtype(out_dtype or a.dtype)
-    if a.dtype == jnp.float64:
-        return jnp.einsum(spec, a, b).astype(out_dtype)  # references and tests: autodiff
+    if a.dtype == jnp.float32 or a.dtype == jnp.float64:
+        return jnp.einsum(spec, a, b).astype(out_dtype)
     _check_spec(spec)
     a, b = _match_varying(a, b)
     return _mixed_einsum(spec, out_dtype, a, b)
@@ -60,9 +53,10 @@ def _match_varying(a: Array, b: Array) -> tuple[Array, Array]:
     """Give both operands the union of their varying mesh axes before the custom VJP.
 
     Inside `shard_map` (check_vma=True) a replicated weight times a per-device activation
-    has a per-device gradient, which a custom VJP may not return for a replicated input.
-    Casting the weight to varying first (`pcast`) makes autodiff insert the psum over
-    devices itself, in the transpose of the cast: exactly the gradient of plain einsum.
+    has a per-device gradient, which a custom VJP may not return for a replicated input
+    (JAX raises a type error). Casting the weight to varying first (`pcast`) makes autodiff
+    insert the psum over devices itself, in the transpose of the cast: exactly the
+    gradient plain `jnp.einsum` gets.
     """
     va, vb = _varying_axes(a), _varying_axes(b)
     if vb - va:
@@ -97,29 +91,12 @@ def _fwd(spec, out_dtype, a, b):
     return _dot(spec, a, b, out_dtype), (a, b)
 
 
-def _weight_gradient_order(lhs: str, rhs: str, out: str) -> str | None:
-    """For a weight-like second operand, its indices as (output side, then input side).
-
-    "BTD,DF->BTF" gives "FD": the gradient is then the dot "BTF,BTD->FD", a plain GEMM on
-    row-major operands. None when `rhs` shares an index with both `lhs` and `out` (a batch
-    index, as in attention's "BHTK,BHSK->BHTS"): autodiff's own order is kept there.
-    """
-    if any(i in lhs and i in out for i in rhs):
-        return None
-    return "".join(i for i in out if i in rhs) + "".join(i for i in lhs if i in rhs)
-
-
 def _bwd(spec, out_dtype, residuals, g):
     a, b = residuals
     (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
     g = g.astype(a.dtype)  # bf16 cotangent: the gradient dots stay on the fast path
     da = _dot(f"{out},{rhs}->{lhs}", g, b, a.dtype)
-    order = _weight_gradient_order(lhs, rhs, out)
-    if order is None:
-        db = _dot(f"{lhs},{out}->{rhs}", a, g, b.dtype)
-    else:
-        db_t = _dot(f"{out},{lhs}->{order}", g, a, b.dtype)  # (out side, input side)
-        db = jnp.transpose(db_t, [order.index(i) for i in rhs])
+    db = _dot(f"{lhs},{out}->{rhs}", a, g, b.dtype)
     return da, db
 
 
