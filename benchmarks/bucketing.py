@@ -34,7 +34,7 @@ import numpy as np
 from benchmarks import common
 from benchmarks.time_to_bleu import add_config_args, load_config
 from transformer_jax.data import bucketing, create_input_pipeline
-from transformer_jax.nn.precision import fast_compute_dtype
+from transformer_jax.nn.precision import resolve_dtype
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
@@ -121,7 +121,7 @@ def main() -> None:
     print(
         f"config {args.config} {' '.join(args.set)} | {m.num_encoder_layers}+"
         f"{m.num_decoder_layers} layers, D {m.model_dim}, F {m.ffn_dim}, {m.dtype} "
-        f"(computes in {fast_compute_dtype() if m.dtype == 'auto' else m.dtype}) | global "
+        f"(computes in {resolve_dtype(m.dtype)}) | global "
         f"batch {d.batch_size}, max lengths {d.max_src_len}/{d.max_tgt_len}, "
         f"{d.tokenizer} | devices {jax.devices()} | {args.steps} timed steps per mode",
         flush=True,

@@ -28,7 +28,7 @@ def test_auto_config_resolves_to_this_machine(monkeypatch):
     cfg = ModelConfig(src_vocab_size=5, tgt_vocab_size=5, dtype="auto")
     want = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[precision.fast_compute_dtype()]
     assert cfg.compute_dtype == want
-    monkeypatch.setattr("transformer_jax.nn.config.fast_compute_dtype", lambda: "bfloat16")
+    monkeypatch.setattr(precision, "fast_compute_dtype", lambda: "bfloat16")
     assert cfg.compute_dtype == jnp.bfloat16
     with pytest.raises(ValueError, match="'auto'"):
         ModelConfig(src_vocab_size=5, tgt_vocab_size=5, dtype="float16")

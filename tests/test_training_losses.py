@@ -163,3 +163,5 @@ def test_token_losses_bfloat16_logits_and_ties():
     assert float(correct[0, 0]) == 1.0
     with pytest.raises(ValueError, match="label_smoothing"):
         losses.token_losses(jnp.asarray(tied), np.array([[3]]), 1.0)
+    with pytest.raises(ValueError, match="vocabulary of at least 2"):
+        losses.token_losses(jnp.zeros((1, 1, 1)), np.array([[0]]), 0.1)

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from transformer_jax.nn.precision import fast_compute_dtype
+from transformer_jax.nn import precision
 
 NORM_PLACEMENTS = ("post", "pre", "rezero")
 NORM_KINDS = ("layer", "rms")
@@ -129,7 +129,7 @@ class ModelConfig:
     @property
     def compute_dtype(self) -> Any:
         """The dtype of activations and matmuls; "auto" is resolved for this machine."""
-        return DTYPES[fast_compute_dtype() if self.dtype == "auto" else self.dtype]
+        return DTYPES[precision.resolve_dtype(self.dtype)]
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with `changes` applied (and validated), e.g. `replace(decode=True)`."""

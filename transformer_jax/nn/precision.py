@@ -46,3 +46,8 @@ def fast_compute_dtype(platform: str | None = None, cpuinfo: str | None = None) 
     if platform in ACCELERATORS:
         return "bfloat16"
     return "bfloat16" if cpu_has_amx(cpuinfo) else "float32"
+
+
+def resolve_dtype(name: str) -> str:
+    """A config's dtype name as computed here: "auto" -> `fast_compute_dtype()`, else itself."""
+    return fast_compute_dtype() if name == "auto" else name

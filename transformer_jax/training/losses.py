@@ -9,7 +9,8 @@ touches them as few times as possible: the forward pass is reductions only (row 
 Σ logits, the target's logit), never a materialised (B, T, V) log-softmax, and the backward
 pass is one elementwise pass, softmax − q, with its own VJP. Measured on the `small`
 benchmark (B·T = 2048, V = 8000, 2 CPU cores): ~115 ms of each ~1 s step went to autodiff's
-log-softmax, its one-hot gradient and an argmax (benchmarks/README.md).
+log-softmax, its one-hot gradient and an argmax; this version saved ~3 % of the step in
+interleaved A/B runs (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def _row_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Arra
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _token_losses(logits: Array, targets: Array, label_smoothing: float) -> tuple[Array, Array]:
+def _token_losses(
+    logits: Array, targets: Array, label_smoothing: float
+) -> tuple[Array, Array, Array]:
     return _token_losses_fwd(logits, targets, label_smoothing)[0]
 
 
@@ -100,6 +103,11 @@ def token_losses(
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} is outside [0, 1).")
+    if label_smoothing > 0.0 and logits.shape[-1] < 2:
+        raise ValueError(
+            f"label_smoothing={label_smoothing!r} needs a vocabulary of at least 2 (logits have "
+            f"V={logits.shape[-1]}): ε is spread over the other V - 1 classes. Use 0."
+        )
     return _token_losses(logits, targets, float(label_smoothing))
 
 
