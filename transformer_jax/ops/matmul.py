@@ -9,7 +9,14 @@ so the gradient matmuls would lose the speed-up. `einsum` therefore has its own 
 casts the cotangent to the operand dtype and runs both gradient dots with float32
 accumulation as well.
 
-Float32 operands take plain `jnp.einsum` (the reference path, bit-for-bit unchanged).
+Float32 operands take plain `jnp.einsum` (the reference path, bit-for-bit unchanged),
+except batched dots (attention's QKᵀ and weights·V), whose VJP is also ours: XLA:CPU runs
+a batched dot fast only when its left operand contracts its minor axis, and two of
+the four attention gradients (dK = dSᵀ·Q, dV = Wᵀ·dO) contract their left operand's
+row axis. Measured here, one (256 × 10×10 @ 10×8) such dot took 367 µs, against 139 µs
+after an explicit transpose of the left operand; at the `small` sizes (256 × 32×32 @
+32×64) 857 µs against 638 µs. The transpose sits behind an `optimization_barrier`,
+because XLA would otherwise fold it back into the dot's dimension numbers.
 """
 
 from __future__ import annotations
@@ -36,11 +43,17 @@ def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None)
     if a.dtype != b.dtype:
         raise TypeError(f"einsum operands differ in dtype: {a.dtype} vs {b.dtype}; cast first.")
     out_dtype = jnp.dtype(out_dtype or a.dtype)
-    if a.dtype == jnp.float32 or a.dtype == jnp.float64:
+    if (a.dtype == jnp.float32 or a.dtype == jnp.float64) and not _batch_indices(spec):
         return jnp.einsum(spec, a, b).astype(out_dtype)
     _check_spec(spec)
     a, b = _match_varying(a, b)
-    return _mixed_einsum(spec, out_dtype, a, b)
+    return _einsum(spec, out_dtype, a, b)
+
+
+def _batch_indices(spec: str) -> str:
+    """Indices shared by both operands and the output ("BH" of "BHTK,BHSK->BHTS")."""
+    (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
+    return "".join(i for i in lhs if i in rhs and i in out)
 
 
 def _varying_axes(x: Array) -> frozenset:
@@ -79,11 +92,35 @@ def _check_spec(spec: str) -> None:
 
 
 def _dot(spec: str, a: Array, b: Array, out_dtype: jnp.dtype) -> Array:
+    if a.dtype == jnp.float32 or a.dtype == jnp.float64:
+        return jnp.einsum(spec, a, b).astype(out_dtype)
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
+def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:
+    """A gradient einsum, for batched dots laid out the way XLA:CPU runs them fast.
+
+    The operand whose free indices lead the output goes on the left (so the result needs
+    no transpose), and its contracted indices are made minor by an explicit transpose
+    (dV = Wᵀ·dO becomes "BHST,BHTK->BHSK" on a transposed W). Unbatched dots, such as
+    weight gradients, are left to XLA.
+    """
+    if not _batch_indices(spec):
+        return _dot(spec, x, y, out_dtype)
+    (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
+    if next(i for i in out if i not in rhs or i not in lhs) not in lhs:
+        (lhs, x), (rhs, y) = (rhs, y), (lhs, x)
+    batch = "".join(i for i in lhs if i in rhs and i in out)
+    order = batch + "".join(i for i in lhs if i in out and i not in batch)
+    order += "".join(i for i in lhs if i not in out)
+    if order != lhs:
+        # Behind a barrier: XLA would fold a bare transpose back into the dot.
+        x = jax.lax.optimization_barrier(jnp.transpose(x, [lhs.index(i) for i in order]))
+    return _dot(f"{order},{rhs}->{out}", x, y, out_dtype)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _mixed_einsum(spec: str, out_dtype: jnp.dtype, a: Array, b: Array) -> Array:
+def _einsum(spec: str, out_dtype: jnp.dtype, a: Array, b: Array) -> Array:
     return _dot(spec, a, b, out_dtype)
 
 
@@ -95,9 +132,9 @@ def _bwd(spec, out_dtype, residuals, g):
     a, b = residuals
     (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
     g = g.astype(a.dtype)  # bf16 cotangent: the gradient dots stay on the fast path
-    da = _dot(f"{out},{rhs}->{lhs}", g, b, a.dtype)
-    db = _dot(f"{lhs},{out}->{rhs}", a, g, b.dtype)
+    da = _gradient_dot(f"{out},{rhs}->{lhs}", g, b, a.dtype)
+    db = _gradient_dot(f"{lhs},{out}->{rhs}", a, g, b.dtype)
     return da, db
 
 
-_mixed_einsum.defvjp(_fwd, _bwd)
+_einsum.defvjp(_fwd, _bwd)
