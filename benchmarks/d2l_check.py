@@ -12,6 +12,7 @@ The book's PyTorch code, run on this machine on the same data, reaches BLEU 0.50
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -24,7 +25,9 @@ flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (parameter init, dropout, shu
 flags.DEFINE_string("workdir_root", None, "Where the runs go (one subdir per seed); default tmp.")
 flags.DEFINE_integer("num_epochs", 200, "Epochs over the 600 pairs (the book: 200).")
 flags.DEFINE_integer(
-    "steps_per_call", 1, "Optimizer steps per device call (lax.scan); same result, fewer calls."
+    "steps_per_call",
+    0,
+    "Optimizer steps per device call (lax.scan); 0 = the d2l config's (10). Same result.",
 )
 
 # The book's examples (d2l §10.7.8 / §11.7.5).
@@ -32,7 +35,7 @@ ENGLISH = ["go .", "i lost .", "he's calm .", "i'm home ."]
 FRENCH = ["va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."]
 
 
-def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 1) -> dict:
+def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 0) -> dict:
     """Train one seed (fresh workdir), then translate and score the book's four sentences."""
     from configs import fra_eng
     from transformer_jax.decoding import translate
@@ -44,7 +47,7 @@ def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 1)
     config.seed = seed
     config.data.shuffle_seed = seed
     config.num_epochs = num_epochs
-    config.steps_per_call = steps_per_call
+    config.steps_per_call = steps_per_call or config.steps_per_call
     # Evaluate and checkpoint at the end only: the wall time is training, as in the book.
     config.eval_every_steps = config.checkpoint_every_steps = 0
     config.eval.num_bleu_examples = 0
@@ -68,6 +71,10 @@ def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 1)
     return {"seed": seed, "seconds": train_seconds, "translations": translations, "bleu": scores}
 
 
+def xla_flags() -> str:
+    return os.environ.get("XLA_FLAGS", "")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -83,7 +90,7 @@ def main(argv: list[str]) -> None:
             raise app.UsageError(f"{workdir} exists; the check trains from scratch.")
         result = run_seed(seed, workdir, FLAGS.num_epochs, FLAGS.steps_per_call)
         results.append(result)
-        print(f"\nseed {seed}: trained in {result['seconds']:.1f} s")
+        print(f"\nseed {seed}: trained in {result['seconds']:.1f} s (XLA_FLAGS={xla_flags()!r})")
         for eng, fra, score in zip(ENGLISH, result["translations"], result["bleu"], strict=True):
             print(f"{eng} => {fra}, bleu {score:.3f}")
 

@@ -70,6 +70,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.clip_norm = 1.0
         c.label_smoothing = 0.0
         c.num_epochs = 200
+        # The d2l step is hundreds of tiny ops: ten steps per call (lax.scan) and YNNPACK
+        # for elementwise/reduce fusions too (benchmarks/README.md, "the d2l step").
+        c.steps_per_call = 10
+        c.xla_flags = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"
         c.log_every_steps = 100
         c.eval_every_steps = c.checkpoint_every_steps = 500
         c.data.num_eval_examples = 1000

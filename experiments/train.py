@@ -40,6 +40,13 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from transformer_jax.training import xla_flags
+
+    try:  # first of all: XLA reads its flags once, when JAX starts its backend
+        xla_flags.apply(FLAGS.config.get("xla_flags", ""))
+    except ValueError as error:
+        print(f"FATAL: invalid config: {error}", file=sys.stderr)
+        sys.exit(2)
     if FLAGS.compilation_cache_dir and not jax.config.jax_compilation_cache_dir:
         jax.config.update(
             "jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache_dir)

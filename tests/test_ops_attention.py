@@ -67,3 +67,23 @@ def test_dropout_keeps_expectation():
     frac_zero = float((y == 0).mean())
     assert abs(frac_zero - 0.3) < 0.01
     assert abs(float(y.mean()) - 1.0) < 0.02
+
+
+def test_dropout_mask_is_the_keys_bernoulli_draw_for_typed_and_raw_keys():
+    """The key is materialised before the mask (an optimization barrier against XLA
+    recomputing its derivation per element); the draw itself must not change."""
+    x = jnp.arange(1.0, 61.0).reshape(3, 4, 5)
+
+    @jax.jit
+    def both(seed):
+        key = jax.random.fold_in(jax.random.key(7), seed)  # a derived key, as in training
+        want = jnp.where(jax.random.bernoulli(key, 0.75, x.shape), x / 0.75, 0.0)
+        return ops.dropout(x, 0.25, key, deterministic=False), want
+
+    got, want = both(3)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    raw = jax.random.PRNGKey(5)  # legacy uint32 keys still work
+    np.testing.assert_array_equal(
+        np.asarray(ops.dropout(x, 0.25, raw, deterministic=False)),
+        np.asarray(jnp.where(jax.random.bernoulli(raw, 0.75, x.shape), x / 0.75, 0.0)),
+    )

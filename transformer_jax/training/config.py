@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from transformer_jax.training import xla_flags
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
 
@@ -44,6 +45,9 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.eval_every_steps = 500  # 0 = only at the end
     c.checkpoint_every_steps = 500  # 0 = only at the end
     c.keep_checkpoints = 3
+    # Space-separated XLA flags for this run (training/xla_flags.py), applied before JAX
+    # starts its backend; the d2l config uses one that speeds up its tiny step.
+    c.xla_flags = ""
     c.eval = eval_defaults()
     return c
 
@@ -101,6 +105,7 @@ def validate_config(
             f"Set exactly one of num_train_steps ({config.num_train_steps}) and num_epochs "
             f"({config.num_epochs}) to a positive value; set the other to 0."
         )
+    xla_flags.parse(config.xla_flags)
     if not config.learning_rate > 0:
         raise ValueError(f"learning_rate={config.learning_rate!r} must be > 0.")
     if not 0.0 <= config.label_smoothing < 1.0:

@@ -22,6 +22,7 @@ from absl import logging
 from transformer_jax import data as data_lib
 from transformer_jax.nn import Transformer
 from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.training import xla_flags
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.optimizer import make_optimizer
@@ -61,6 +62,7 @@ def train_and_evaluate(
     """
     # ---------------------------------------------------------------- validate and set up
     workdir = Path(workdir)
+    xla_flags.apply(config.get("xla_flags", ""))  # before anything computes (see xla_flags)
     validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
     is_main = jax.process_index() == 0
     if is_main:
