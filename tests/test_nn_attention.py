@@ -98,3 +98,35 @@ def test_additive_scorer_runs_and_respects_mask():
     a = mha.apply(variables, x_q, x_kv, mask)
     b = mha.apply(variables, x_q, x_kv2, mask)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+@pytest.mark.parametrize("attention_kind", ["dot", "additive"])
+def test_queries_sharing_a_memory_row_equal_a_tiled_memory(attention_kind):
+    """Beam search keeps one memory row per sentence for its W hypotheses: B·W query rows
+    against B memory rows must give what B·W rows against a W-times tiled memory give,
+    outputs and the sown weights alike."""
+    b, w, s = 2, 3, 7
+    x_q, memory = _inputs(seed=5, b=b * w, t=1, s=s)
+    memory = memory[:b]  # (B, S, D)
+    src_len = jnp.array([7, 4])
+    cfg = _cfg(attention_kind=attention_kind)
+    params = MultiHeadAttention(cfg).init(jax.random.key(1), x_q[:b], memory)["params"]
+    tiled = jnp.repeat(memory, w, axis=0)  # (B·W, S, D): rows b·W … b·W + W − 1
+    mask_tiled = ops.valid_length_mask(jnp.repeat(src_len, w), s)
+    want, want_vars = MultiHeadAttention(cfg).apply(
+        {"params": params}, x_q, tiled, mask_tiled, mutable=["intermediates"]
+    )
+    got, got_vars = MultiHeadAttention(cfg).apply(
+        {"params": params},
+        x_q,
+        memory,
+        ops.valid_length_mask(src_len, s),
+        mutable=["intermediates"],
+    )
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    (w_got,) = got_vars["intermediates"]["attention_weights"]
+    (w_want,) = want_vars["intermediates"]["attention_weights"]
+    assert w_got.shape == (b * w, 4, 1, s)
+    np.testing.assert_allclose(np.asarray(w_got), np.asarray(w_want), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="do not share"):
+        MultiHeadAttention(cfg).apply({"params": params}, x_q[:5], memory)

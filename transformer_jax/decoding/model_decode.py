@@ -26,16 +26,18 @@ DATA_AXIS = "data"
 
 def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use_cache):
     memory = steps.encode(config, params, src, src_len)  # (B, S, D)
-    if beam_size > 1:
-        memory = search.tile_beams(memory, beam_size)  # (B·W, S, D)
-        src_len = search.tile_beams(src_len, beam_size)  # (B·W,)
-    rows = memory.shape[0]
+    rows = memory.shape[0] * beam_size  # B·W hypotheses
     if use_cache:
-        cache = steps.init_cache(config, memory, src_len, max_decode_len)
+        # The projected memory stays at B rows: the W hypotheses of a sentence share it
+        # (nn.attention groups their queries), so it is neither tiled nor reordered.
+        cache = steps.init_cache(config, memory, src_len, max_decode_len, rows=rows)
         memory_cache = steps.project_memory(config, params, memory, src_len, cache)
         step = steps.cached_step(config, params, memory, src_len, memory_cache)
         state = steps.split_cache(cache)[0]
     else:
+        if beam_size > 1:
+            memory = search.tile_beams(memory, beam_size)  # (B·W, S, D)
+            src_len = search.tile_beams(src_len, beam_size)  # (B·W,)
         step = steps.recompute_step(config, params, memory, src_len)
         state = steps.recompute_state(rows, max_decode_len)
     return step, state

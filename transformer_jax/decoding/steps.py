@@ -35,15 +35,23 @@ def encode(config: ModelConfig, params: Any, src: Array, src_len: Array) -> Arra
     return model.apply({"params": params}, src, src_len, method="encode")
 
 
-def init_cache(config: ModelConfig, memory: Array, src_len: Array, max_decode_len: int) -> Any:
-    """A zero cache for `memory.shape[0]` rows and L = max_decode_len positions.
+def init_cache(
+    config: ModelConfig,
+    memory: Array,
+    src_len: Array,
+    max_decode_len: int,
+    rows: int | None = None,
+) -> Any:
+    """A zero cache for `rows` decoded rows (default `memory.shape[0]`), L = max_decode_len.
 
+    Self-attention leaves get `rows` rows; the memory leaves keep memory's B rows, which
+    beam search's B·W = `rows` hypotheses share (W per sentence, consecutive rows).
     Shapes come from `jax.eval_shape` of the decode-mode `init`, so no parameters are
     created or computed; the cache starts at zeros with both indices at 0.
     """
-    batch = memory.shape[0]
+    batch = memory.shape[0] if rows is None else rows
     model = Transformer(config.replace(deterministic=True, decode=True))
-    tgt = jnp.zeros((batch, max_decode_len), jnp.int32)  # (B, L) sizes the cache
+    tgt = jnp.zeros((batch, max_decode_len), jnp.int32)  # (N, L) sizes the cache
     src = jnp.zeros(memory.shape[:2], jnp.int32)  # (B, S)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), src, src_len, tgt))["cache"]
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
@@ -76,7 +84,10 @@ def project_memory(
     only the self-attention cache; the memory part is a constant of the loop.
     """
     model = Transformer(config.replace(deterministic=True, decode=True))
-    bos = jnp.ones((memory.shape[0], 1), jnp.int32)  # any token: only the memory part is kept
+    # One step of the decoder on the cache's rows (B·W in beam search; any token: only the
+    # memory part is kept).
+    rows = max(leaf.shape[0] for leaf in jax.tree.leaves(split_cache(cache)[0]) if leaf.ndim)
+    bos = jnp.ones((rows, 1), jnp.int32)
     _, mutated = model.apply(
         {"params": params, "cache": cache},
         memory,

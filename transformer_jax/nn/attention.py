@@ -67,7 +67,10 @@ class MultiHeadAttention(nn.Module):
     - `cache="memory"` (encoder–decoder attention) projects the encoder memory into keys
       and values on the first step only and reuses them for every later step: the memory
       does not change while a sentence is decoded, and re-projecting it (2·S·D² FLOPs per
-      layer per token) would cost more than the rest of the step together.
+      layer per token) would cost more than the rest of the step together. The memory may
+      have fewer rows than the queries: beam search keeps one projected memory per
+      sentence (B rows) for its B·W hypotheses, and the W queries of a sentence attend to
+      it together, as W query positions of one row (see `_group_rows`).
     Attention weights (B, H, T, S) are recorded with
     `sow("intermediates", "attention_weights", ...)` for heatmaps.
     """
@@ -102,6 +105,13 @@ class MultiHeadAttention(nn.Module):
             key, value = self._memory_key_value(x_kv)
         else:
             key, value = self.key(x_kv), self.value(x_kv)  # (B, H, S, K) each
+        # Beam search: B·W query rows, one memory row per sentence (mask: (B, 1, 1, S)).
+        groups = q.shape[0] // key.shape[0]
+        if groups * key.shape[0] != q.shape[0]:
+            raise ValueError(
+                f"{q.shape[0]} query rows do not share {key.shape[0]} memory rows evenly."
+            )
+        q = _group_rows(q, groups)  # (B, H, W·T, K)
 
         if cfg.attention_kind == "dot":
             scores = ops.dot_product_scores(q, key)  # (B, H, T, S)
@@ -120,6 +130,7 @@ class MultiHeadAttention(nn.Module):
             dropout_rng=None if deterministic else self.make_rng("dropout"),
             deterministic=deterministic,
         )  # (B, H, T, K), (B, H, T, S)
+        out, weights = _ungroup_rows(out, groups), _ungroup_rows(weights, groups)
         self.sow("intermediates", "attention_weights", weights)
         return self.out(out)  # (B, T, D)
 
@@ -168,3 +179,24 @@ class MultiHeadAttention(nn.Module):
         memory_key.value, memory_value.value = key, value
         ready.value = jnp.array(True)
         return key, value
+
+
+def _group_rows(x: Array, groups: int) -> Array:
+    """(B·W, H, T, X) -> (B, H, W·T, X): the W rows of each group as extra query positions.
+
+    Rows b·W … b·W + W − 1 (beam search's layout, `search.tile_beams`) form group b. The W
+    queries then share one batched dot with their sentence's memory keys: a (W·T × S)
+    product per head instead of W (T × S) ones, the memory read once instead of W times.
+    """
+    if groups == 1:
+        return x
+    n, h, t, d = x.shape
+    return x.reshape(n // groups, groups, h, t, d).swapaxes(1, 2).reshape(-1, h, groups * t, d)
+
+
+def _ungroup_rows(x: Array, groups: int) -> Array:
+    """Inverse of `_group_rows`: (B, H, W·T, X) -> (B·W, H, T, X)."""
+    if groups == 1:
+        return x
+    b, h, wt, d = x.shape
+    return x.reshape(b, h, groups, wt // groups, d).swapaxes(1, 2).reshape(-1, h, wt // groups, d)
