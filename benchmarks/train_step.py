@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import time
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import create_train_state
+from transformer_jax.training import xla_flags
 from transformer_jax.training.step import step_kwargs, train_step, train_steps
 
 
@@ -141,12 +143,20 @@ def main() -> None:
     parser.add_argument("--parallelism", default="pmap", choices=["pmap", "shard_map"])
     parser.add_argument("--no_torch", action="store_true")
     parser.add_argument("--torch_compile", action="store_true")
+    parser.add_argument(
+        "--xla_flags",
+        default="",
+        help="XLA flags for this process, as a run config's xla_flags (the d2l config's: "
+        "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce)",
+    )
     args = parser.parse_args()
+    xla_flags.apply(args.xla_flags)  # before the first computation
 
     peak = common.matmul_peak()
     print(
         f"devices: {jax.devices()} | float32 matmul peak {peak / 1e9:.0f} GFLOP/s | "
-        f"dtype {args.dtype} | steps per call {args.steps_per_call}"
+        f"dtype {args.dtype} | steps per call {args.steps_per_call} | "
+        f"XLA_FLAGS {os.environ.get('XLA_FLAGS', '')!r}"
     )
     try:
         import torch
