@@ -27,11 +27,11 @@ import numpy as np
 
 from benchmarks import common
 from transformer_jax.nn import ModelConfig
+from transformer_jax.training import xla_flags
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import create_train_state
-from transformer_jax.training import xla_flags
 from transformer_jax.training.step import step_kwargs, train_step, train_steps
 
 
