@@ -109,7 +109,9 @@ class MultiHeadAttention(nn.Module):
         groups = q.shape[0] // key.shape[0]
         if groups * key.shape[0] != q.shape[0]:
             raise ValueError(
-                f"{q.shape[0]} query rows do not share {key.shape[0]} memory rows evenly."
+                f"{q.shape[0]} query rows do not share {key.shape[0]} memory rows evenly: "
+                "give the memory one row per query row, or one per group of W "
+                "consecutive query rows (beam search's layout)."
             )
         q = _group_rows(q, groups)  # (B, H, W·T, K)
 
