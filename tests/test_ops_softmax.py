@@ -93,3 +93,18 @@ def test_bfloat16_softmax_gradient_keeps_dtype_and_float32_statistics():
     w = reference.softmax(x, mask)
     want = w * (g - np.sum(g * w, axis=-1, keepdims=True))
     assert reference.rel_err(np.asarray(d, np.float64), want) < 1e-2
+
+
+def test_softmax_forward_mode_matches_central_differences():
+    """The softmax's rule is a JVP, so forward mode (jax.jvp, jax.jacfwd) works too."""
+    rng = np.random.default_rng(6)
+    x, v = rng.normal(size=(2, 3, 5)), rng.normal(size=(2, 3, 5))
+    mask = np.asarray(ops.valid_length_mask(jnp.array([5, 2]), 5))[:, 0]  # (2, 1, 5)
+    _, tangent = jax.jvp(
+        lambda s: ops.masked_softmax(s, mask),
+        (jnp.asarray(x, jnp.float32),),
+        (jnp.asarray(v, jnp.float32),),
+    )
+    eps = 1e-6
+    want = (reference.softmax(x + eps * v, mask) - reference.softmax(x - eps * v, mask)) / (2 * eps)
+    assert reference.rel_err(np.asarray(tangent), want) < 1e-5

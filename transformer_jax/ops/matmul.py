@@ -17,6 +17,10 @@ row axis. Measured here, one (256 × 10×10 @ 10×8) such dot took 367 µs, agai
 after an explicit transpose of the left operand; at the `small` sizes (256 × 32×32 @
 32×64) 857 µs against 638 µs. The transpose sits behind an `optimization_barrier`,
 because XLA would otherwise fold it back into the dot's dimension numbers.
+
+A custom VJP has no forward mode: `jax.jvp`/`jax.jacfwd` through attention or bfloat16
+einsums raise. Reverse mode differentiates the VJP itself, so Hessian-vector products
+work as `jax.grad` of `jnp.vdot(jax.grad(f)(x), v)` (tested).
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ def masked_softmax(scores: Array, mask: Array | None) -> Array:
     exponential, so their weight is exactly 0 and a fully masked row is all zeros (never
     NaN, in the forward or backward pass).
 
-    The gradient is the closed form w ⊙ (g − Σ g·w) (one reduction, one elementwise
-    pass), not autodiff of the forward: that would also differentiate the max shift and
-    the masking selects, ~10 extra XLA ops per attention layer for a zero contribution.
+    Derivatives come from the closed form dw = w ⊙ (dx − Σ dx·w) (a JVP rule; reverse mode
+    transposes it to w ⊙ (g − Σ g·w): one reduction, one elementwise pass), not from
+    autodiff of the forward, which would also differentiate the max shift and the masking
+    selects, ~10 extra XLA ops per attention layer for a zero contribution.
 
     Args:
       scores: (..., T, S) attention scores.
@@ -31,7 +32,7 @@ def masked_softmax(scores: Array, mask: Array | None) -> Array:
 
 
 def softmax(scores: Array) -> Array:
-    """Plain softmax over the last axis, computed in float32 (same VJP as `masked_softmax`)."""
+    """Plain softmax over the last axis, computed in float32 (same rule as `masked_softmax`)."""
     return _softmax(scores, None)
 
 
@@ -49,23 +50,17 @@ def _weights(scores: Array, mask: Array | None) -> Array:
     return e / jnp.where(denom == 0.0, 1.0, denom)
 
 
-@jax.custom_vjp
+@jax.custom_jvp
 def _softmax(scores: Array, mask: Array | None) -> Array:
     return _weights(scores, mask).astype(scores.dtype)
 
 
-def _softmax_fwd(scores, mask):
+@_softmax.defjvp
+def _softmax_jvp(primals, tangents):
+    # A JVP rule (not a VJP) keeps forward-mode autodiff (jax.jvp, jax.hessian) working;
+    # reverse mode transposes this linear map into w ⊙ (g − Σ g·w), the same two passes.
+    scores, mask = primals
+    d_scores = tangents[0].astype(jnp.float32)
     w = _weights(scores, mask)
-    # float32 weights as the residual (autodiff kept float32 statistics too), and a zero
-    # of the scores' dtype to give the gradient that dtype.
-    return w.astype(scores.dtype), (w, jnp.zeros((), scores.dtype))
-
-
-def _softmax_bwd(residuals, g):
-    w, zero = residuals
-    g = g.astype(jnp.float32)
-    d_scores = w * (g - jnp.sum(g * w, axis=-1, keepdims=True))
-    return d_scores.astype(zero.dtype), None
-
-
-_softmax.defvjp(_softmax_fwd, _softmax_bwd)
+    d_w = w * (d_scores - jnp.sum(d_scores * w, axis=-1, keepdims=True))
+    return w.astype(scores.dtype), d_w.astype(scores.dtype)
