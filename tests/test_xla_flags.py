@@ -84,3 +84,16 @@ def test_a_flag_the_user_set_wins():
     mine = "--xla_cpu_experimental_ynn_fusion_type=dot"
     ok, env, ynn = _run(YNN, mine)
     assert (ok, env, ynn) == ("True", mine, "False")
+
+
+def test_an_unknown_flag_stops_the_process_at_start_up_naming_it():
+    env = {**subprocess_env(), "XLA_FLAGS": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER, "--xla_cpu_no_such_flag=1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "Unknown flag in XLA_FLAGS: --xla_cpu_no_such_flag=1" in out.stderr

@@ -4,6 +4,9 @@ XLA reads `XLA_FLAGS` once, when the first backend is created, so a config's fla
 take effect only in a process that has not computed anything yet: a launcher
 (`experiments/train.py`) or a fresh benchmark process. `apply` appends them to
 `XLA_FLAGS` then, and later only warns. A flag the user already set in `XLA_FLAGS` wins.
+Flag names belong to the pinned jaxlib: XLA stops the process at start-up on a name it
+does not know, before anything is computed or written, with "Unknown flag in XLA_FLAGS:
+--name" (tested), so a typo costs a second, not a run.
 
 The one such flag in use: `--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce`
 lets XLA:CPU hand elementwise and reduction fusions to YNNPACK too, not only dots. It pays
