@@ -1,31 +1,35 @@
-"""Two-operand einsum that runs low-precision inputs on the fast path, forward and backward.
+"""Two-operand einsum with its own VJP: gradient matmuls in the layouts that run fast.
 
-On CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16 matmul is fast only when it
-accumulates in float32 (`preferred_element_type=float32`): measured here, a
-2048×256×1024 bf16 matmul runs at ~1,200 GFLOP/s that way against ~130 GFLOP/s with a
-bf16 result, and ~170 GFLOP/s in float32. Autodiff of such an einsum would hand its
-backward dots a float32 cotangent and a bfloat16 operand, which XLA upcasts to float32,
-so the gradient matmuls would lose the speed-up. `einsum` therefore has its own VJP that
-casts the cotangent to the operand dtype and runs both gradient dots with float32
-accumulation as well.
+Every matmul of the model goes through `einsum`. Its forward is `jnp.einsum`; its
+backward computes the two gradient einsums itself, for two reasons.
 
-Float32 operands take plain `jnp.einsum` (the reference path, bit-for-bit unchanged),
-except batched dots (attention's QKᵀ and weights·V), whose VJP is also ours: XLA:CPU runs
-a batched dot fast only when its left operand contracts its minor axis, and two of
-the four attention gradients (dK = dSᵀ·Q, dV = Wᵀ·dO) contract their left operand's
-row axis. Measured here, one (256 × 10×10 @ 10×8) such dot took 367 µs, against 139 µs
-after an explicit transpose of the left operand; at the `small` sizes (256 × 32×32 @
-32×64) 857 µs against 638 µs. The transpose sits behind an `optimization_barrier`,
-because XLA would otherwise fold it back into the dot's dimension numbers.
+Layout (all dtypes). XLA:CPU runs a dot fast when the left operand's contracted axes are
+minor; otherwise XLA transposes an operand first, and in autodiff's gradients it often
+picks the large one. At the `small` setting it transposed the (B·T, V) = (2048, 8000)
+logits gradient for the output weights' gradient, 74 ms of a ~1 s step; attention's
+dK = dSᵀ·Q and dV = Wᵀ·dO contracted their left operand's rows and ran as per-batch
+Eigen loops (367 µs against 139 µs at d2l sizes). `_gradient_dot` orders the operands to
+transpose the fewest elements and transposes explicitly, behind an
+`optimization_barrier` (XLA would fold a bare transpose back into the dot). Measured in
+turns against plain autodiff: the train step −7 % (d2l), −9 to −11 % (`small`),
+−16 % (`base`), after the attention dots alone had given d2l −13 % (benchmarks/README.md).
 
-A custom VJP has no forward mode: `jax.jvp`/`jax.jacfwd` through attention or bfloat16
-einsums raise. Reverse mode differentiates the VJP itself, so Hessian-vector products
-work as `jax.grad` of `jnp.vdot(jax.grad(f)(x), v)` (tested).
+Precision (low-precision operands). On CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16
+matmul is fast only when it accumulates in float32 (`preferred_element_type=float32`):
+measured on an AMX machine, a 2048×256×1024 bf16 matmul ran at ~1,200 GFLOP/s that way
+against ~130 GFLOP/s with a bf16 result, and ~170 GFLOP/s in float32. Autodiff would hand
+the backward dots a float32 cotangent and a bfloat16 operand, which XLA upcasts, so the
+VJP casts the cotangent to the operand dtype and accumulates in float32 as well.
+
+A custom VJP has no forward mode: `jax.jvp`/`jax.jacfwd` through the model raise.
+Reverse mode differentiates the VJP itself, so Hessian-vector products work as
+`jax.grad` of `jnp.vdot(jax.grad(f)(x), v)` (tested).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +38,8 @@ Array = jnp.ndarray
 
 
 def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None) -> Array:
-    """`jnp.einsum(spec, a, b)` with float32 accumulation for low-precision operands.
+    """`jnp.einsum(spec, a, b)` with gradients in fast layouts (float32 accumulation for
+    low-precision operands).
 
     Args:
       spec: a two-operand spec without ellipses, e.g. "BTD,DF->BTF". Every index of an
@@ -47,17 +52,9 @@ def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None)
     if a.dtype != b.dtype:
         raise TypeError(f"einsum operands differ in dtype: {a.dtype} vs {b.dtype}; cast first.")
     out_dtype = jnp.dtype(out_dtype or a.dtype)
-    if (a.dtype == jnp.float32 or a.dtype == jnp.float64) and not _batch_indices(spec):
-        return jnp.einsum(spec, a, b).astype(out_dtype)
     _check_spec(spec)
     a, b = _match_varying(a, b)
     return _einsum(spec, out_dtype, a, b)
-
-
-def _batch_indices(spec: str) -> str:
-    """Indices shared by both operands and the output ("BH" of "BHTK,BHSK->BHTS")."""
-    (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
-    return "".join(i for i in lhs if i in rhs and i in out)
 
 
 def _varying_axes(x: Array) -> frozenset:
@@ -102,25 +99,40 @@ def _dot(spec: str, a: Array, b: Array, out_dtype: jnp.dtype) -> Array:
 
 
 def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:
-    """A gradient einsum, for batched dots laid out the way XLA:CPU runs them fast.
+    """A gradient einsum laid out the way XLA:CPU runs it fast.
 
-    The operand whose free indices lead the output goes on the left (so the result needs
-    no transpose), and its contracted indices are made minor by an explicit transpose
-    (dV = Wᵀ·dO becomes "BHST,BHTK->BHSK" on a transposed W). Unbatched dots, such as
-    weight gradients, are left to XLA.
+    XLA:CPU's dots want the left operand's contracted indices minor; otherwise XLA
+    transposes an operand itself, and it may pick the large one (at `small`, the
+    (B·T, V) logits gradient: 74 ms of a ~1 s step). So: of the two operand orders, take
+    the one that transposes the fewest elements, counting the left operand (made
+    contracted-minor here, behind a barrier) and the result (when the dot's natural
+    output order is not `out`), and transpose explicitly.
     """
-    if not _batch_indices(spec):
-        return _dot(spec, x, y, out_dtype)
     (lhs, rhs), out = spec.split("->")[0].split(","), spec.split("->")[1]
-    if next(i for i in out if i not in rhs or i not in lhs) not in lhs:
-        (lhs, x), (rhs, y) = (rhs, y), (lhs, x)
-    batch = "".join(i for i in lhs if i in rhs and i in out)
-    order = batch + "".join(i for i in lhs if i in out and i not in batch)
-    order += "".join(i for i in lhs if i not in out)
+    options = [(lhs, x, rhs, y), (rhs, y, lhs, x)]
+    lhs, x, rhs, y = min(options, key=lambda o: _transposed_elements(*o, out))
+    order = _contract_minor_order(lhs, rhs, out)
     if order != lhs:
         # Behind a barrier: XLA would fold a bare transpose back into the dot.
         x = jax.lax.optimization_barrier(jnp.transpose(x, [lhs.index(i) for i in order]))
     return _dot(f"{order},{rhs}->{out}", x, y, out_dtype)
+
+
+def _contract_minor_order(lhs: str, rhs: str, out: str) -> str:
+    """The left operand's indices as batch, kept, then contracted ("BHTS" -> "BHST" for dV)."""
+    batch = [i for i in lhs if i in rhs and i in out]
+    kept = [i for i in lhs if i in out and i not in batch]
+    return "".join(batch + kept + [i for i in lhs if i not in out])
+
+
+def _transposed_elements(lhs: str, x: Array, rhs: str, y: Array, out: str) -> int:
+    """Elements transposed when `lhs,rhs->out` runs with the left operand contracted-minor."""
+    order = _contract_minor_order(lhs, rhs, out)
+    natural = order[: len(order) - sum(i not in out for i in lhs)]  # batch + kept
+    natural += "".join(i for i in rhs if i in out and i not in natural)
+    sizes = dict(zip(lhs, x.shape, strict=True)) | dict(zip(rhs, y.shape, strict=True))
+    cost = x.size if order != lhs else 0
+    return cost + (math.prod(sizes[i] for i in out) if natural != out else 0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
