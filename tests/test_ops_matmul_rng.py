@@ -92,7 +92,7 @@ def test_gradients_transpose_the_small_operand(spec, shape_a, shape_b, allowed):
     assert transposed and set(transposed) <= allowed, transposed
 
 
-def test_float32_is_plain_einsum():
+def test_float32_forward_is_plain_einsum():
     a, b = _operands((2, 5, 8), (8, 12))
     a, b = jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
     np.testing.assert_array_equal(ops.einsum("BTD,DF->BTF", a, b), jnp.einsum("BTD,DF->BTF", a, b))

@@ -56,8 +56,9 @@ def _finite_difference_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 def test_softmax_gradient_matches_float64_finite_differences_with_masks():
-    """The closed-form VJP w ⊙ (g − Σ g·w) against central differences of the float64
-    reference, with per-sequence lengths including a fully masked row (gradient 0)."""
+    """The closed-form derivative (reverse mode: w ⊙ (g − Σ g·w)) against central
+    differences of the float64 reference, with per-sequence lengths including a fully
+    masked row (gradient 0)."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(3, 2, 3, 5))
     g = rng.normal(size=x.shape)
@@ -73,7 +74,7 @@ def test_softmax_gradient_matches_float64_finite_differences_with_masks():
     assert reference.rel_err(np.asarray(got), want) < 1e-5
     np.testing.assert_array_equal(np.asarray(got)[1, ..., 2:], 0.0)  # masked keys
     np.testing.assert_array_equal(np.asarray(got)[2], 0.0)  # the fully masked sequence
-    # The unmasked softmax has the same VJP.
+    # The unmasked softmax has the same rule.
     want_plain = _finite_difference_grad(lambda s: float(np.sum(reference.softmax(s) * g)), x)
     got_plain = jax.grad(lambda s: jnp.sum(ops.softmax(s) * jnp.asarray(g, jnp.float32)))(
         jnp.asarray(x, jnp.float32)
