@@ -43,6 +43,7 @@ from transformer_jax.training import (
     step_kwargs,
     train_step,
 )
+from transformer_jax.training.runtime import configure_process
 
 
 def _shape(batch: dict[str, np.ndarray]) -> tuple[int, int]:
@@ -115,6 +116,7 @@ def main() -> None:
         parser.error("--steps must be >= 20 (one number per mode from >= 20 timed steps).")
 
     config = load_config(args.config, args.set)
+    configure_process(config)  # before the first computation: XLA flags, host memory
     if args.dtype:
         config.model.dtype = args.dtype
     m, d = config.model, config.data

@@ -25,6 +25,7 @@ from transformer_jax.training import (
     step_kwargs,
     train_step,
 )
+from transformer_jax.training.runtime import configure_process
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/fra_eng.py.")
@@ -48,6 +49,7 @@ def synthetic_batch(rng, devices: int, batch: int, s: int, t: int, vocab: int) -
 def main(argv):
     del argv
     config = FLAGS.config
+    configure_process(config)  # before the first computation: XLA flags, host memory
     vocab = FLAGS.vocab_size or config.data.vocab_size
     model_config = model_config_from(config, vocab, vocab)
     tx, schedule = make_optimizer(config, model_config.model_dim)

@@ -27,6 +27,7 @@ flags.DEFINE_list("beam_sizes", ["1", "4"], "Beam sizes (1 = greedy).")
 flags.DEFINE_bool("recompute", True, "Also time greedy decoding by full recomputation.")
 flags.DEFINE_integer("repeats", 3, "Timed runs per setting (best is reported).")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the model.")
+flags.DEFINE_enum("host_memory", "reuse", ["reuse", "system"], "As a run config's host_memory.")
 
 
 def random_params(cfg, seed: int = 0):
@@ -68,6 +69,9 @@ def main(argv: list[str]) -> None:
     from configs import model as model_configs
     from transformer_jax.decoding import beam_decode, greedy_decode
     from transformer_jax.nn import ModelConfig
+    from transformer_jax.training import host_memory
+
+    host_memory.apply(FLAGS.host_memory)  # before the first computation
 
     section = model_configs.get_config(FLAGS.variant).to_dict()
     cfg = ModelConfig.from_dict(

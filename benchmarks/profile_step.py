@@ -28,6 +28,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.train_step import jax_model_config
+from transformer_jax.training import host_memory
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
@@ -61,7 +62,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="traced steps")
     parser.add_argument("--trace_dir", default="/tmp/transformer_jax_trace")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--host_memory", default="reuse", choices=host_memory.MODES)
     args = parser.parse_args()
+    host_memory.apply(args.host_memory)  # before the first computation
 
     s = common.SETTINGS[args.settings]
     model_config = jax_model_config(s, args.dtype).replace(

@@ -40,6 +40,7 @@ from transformer_jax.evaluation.bleu import corpus_bleu, corpus_chrf, detokenize
 from transformer_jax.evaluation.report import book_style, decode_sentences
 from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR, InferenceBundle
 from transformer_jax.training.config import load_config_file
+from transformer_jax.training.runtime import configure_process
 from transformer_jax.training.state import model_config_from
 from transformer_jax.training.train import StepEnd, train_and_evaluate
 
@@ -230,6 +231,7 @@ def main() -> None:
 
     clock = Clock()  # the run starts now: everything below counts, except evaluation
     config = load_config(args.config, args.set)
+    configure_process(config)  # before the first computation: XLA flags, host memory
     config.eval_every_steps = 0  # the loop's validation would be charged to training time
     config.eval.num_bleu_examples = 0  # ... and it runs once more after the last checkpoint
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_bleu_"))

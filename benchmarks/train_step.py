@@ -27,7 +27,7 @@ import numpy as np
 
 from benchmarks import common
 from transformer_jax.nn import ModelConfig
-from transformer_jax.training import xla_flags
+from transformer_jax.training import host_memory, xla_flags
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
@@ -149,14 +149,23 @@ def main() -> None:
         help="XLA flags for this process, as a run config's xla_flags (the d2l config's: "
         "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce)",
     )
+    parser.add_argument(
+        "--host_memory",
+        default="reuse",
+        choices=host_memory.MODES,
+        help="as a run config's host_memory (training/host_memory.py); torch, in the same "
+        "process, runs with it too",
+    )
     args = parser.parse_args()
     xla_flags.apply(args.xla_flags)  # before the first computation
+    host_memory.apply(args.host_memory)
 
     peak = common.matmul_peak()
     print(
         f"devices: {jax.devices()} | float32 matmul peak {peak / 1e9:.0f} GFLOP/s | "
         f"dtype {args.dtype} | steps per call {args.steps_per_call} | "
-        f"XLA_FLAGS {os.environ.get('XLA_FLAGS', '')!r}"
+        f"XLA_FLAGS {os.environ.get('XLA_FLAGS', '')!r} | host memory "
+        f"{host_memory.in_effect()}"
     )
     try:
         import torch

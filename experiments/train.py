@@ -40,10 +40,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from transformer_jax.training import xla_flags
+    from transformer_jax.training.runtime import configure_process
 
-    try:  # first of all: XLA reads its flags once, when JAX starts its backend
-        xla_flags.apply(FLAGS.config.get("xla_flags", ""))
+    try:  # first of all: XLA flags and host memory are fixed once JAX starts its backend
+        configure_process(FLAGS.config)
     except ValueError as error:
         print(f"FATAL: invalid config: {error}", file=sys.stderr)
         sys.exit(2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from transformer_jax.training import xla_flags
+from transformer_jax.training import host_memory, xla_flags
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
 
@@ -48,6 +48,9 @@ def training_defaults() -> ml_collections.ConfigDict:
     # Space-separated XLA flags for this run (training/xla_flags.py), applied before JAX
     # starts its backend; the d2l config uses one that speeds up its tiny step.
     c.xla_flags = ""
+    # Host memory (training/host_memory.py): "reuse" keeps freed blocks mapped, so XLA:CPU's
+    # per-step temporaries cost no page faults; "system" hands them back to the OS.
+    c.host_memory = "reuse"
     c.eval = eval_defaults()
     return c
 
@@ -106,6 +109,7 @@ def validate_config(
             f"({config.num_epochs}) to a positive value; set the other to 0."
         )
     xla_flags.parse(config.xla_flags)
+    host_memory.check_mode(config.host_memory)
     if not config.learning_rate > 0:
         raise ValueError(f"learning_rate={config.learning_rate!r} must be > 0.")
     if not 0.0 <= config.label_smoothing < 1.0:

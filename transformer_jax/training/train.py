@@ -22,11 +22,11 @@ from absl import logging
 from transformer_jax import data as data_lib
 from transformer_jax.nn import Transformer
 from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training import xla_flags
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
+from transformer_jax.training.runtime import configure_process
 from transformer_jax.training.state import (
     abstract_train_state,
     create_train_state,
@@ -62,7 +62,7 @@ def train_and_evaluate(
     """
     # ---------------------------------------------------------------- validate and set up
     workdir = Path(workdir)
-    xla_flags.apply(config.get("xla_flags", ""))  # before anything computes (see xla_flags)
+    configure_process(config)  # before anything computes (XLA flags, host memory)
     validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
     is_main = jax.process_index() == 0
     if is_main:
