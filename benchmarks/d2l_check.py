@@ -29,13 +29,18 @@ flags.DEFINE_integer(
     0,
     "Optimizer steps per device call (lax.scan); 0 = the d2l config's (10). Same result.",
 )
+flags.DEFINE_enum(
+    "host_memory", "", ["", "reuse", "system"], "Host allocator ('' = the d2l config's)."
+)
 
 # The book's examples (d2l §10.7.8 / §11.7.5).
 ENGLISH = ["go .", "i lost .", "he's calm .", "i'm home ."]
 FRENCH = ["va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."]
 
 
-def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 0) -> dict:
+def run_seed(
+    seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 0, host_memory: str = ""
+) -> dict:
     """Train one seed (fresh workdir), then translate and score the book's four sentences."""
     from configs import fra_eng
     from transformer_jax.decoding import translate
@@ -48,6 +53,7 @@ def run_seed(seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 0)
     config.data.shuffle_seed = seed
     config.num_epochs = num_epochs
     config.steps_per_call = steps_per_call or config.steps_per_call
+    config.host_memory = host_memory or config.host_memory
     # Evaluate and checkpoint at the end only: the wall time is training, as in the book.
     config.eval_every_steps = config.checkpoint_every_steps = 0
     config.eval.num_bleu_examples = 0
@@ -104,7 +110,9 @@ def main(argv: list[str]) -> None:
         workdir = root / f"seed_{seed}"
         if workdir.exists():
             raise app.UsageError(f"{workdir} exists; the check trains from scratch.")
-        result = run_seed(seed, workdir, FLAGS.num_epochs, FLAGS.steps_per_call)
+        result = run_seed(
+            seed, workdir, FLAGS.num_epochs, FLAGS.steps_per_call, FLAGS.host_memory
+        )
         results.append(result)
         print(
             f"\nseed {seed}: trained in {result['seconds']:.1f} s (set-up and compilation "

@@ -74,6 +74,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # for elementwise/reduce fusions too (benchmarks/README.md, "the d2l step").
         c.steps_per_call = 10
         c.xla_flags = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"
+        # Its temporaries are small, so glibc reuses them anyway, and the one shared arena
+        # of "reuse" made its step 25-35 % slower (training/host_memory.py).
+        c.host_memory = "system"
         c.log_every_steps = 100
         c.eval_every_steps = c.checkpoint_every_steps = 500
         c.data.num_eval_examples = 1000
