@@ -110,9 +110,7 @@ def main(argv: list[str]) -> None:
         workdir = root / f"seed_{seed}"
         if workdir.exists():
             raise app.UsageError(f"{workdir} exists; the check trains from scratch.")
-        result = run_seed(
-            seed, workdir, FLAGS.num_epochs, FLAGS.steps_per_call, FLAGS.host_memory
-        )
+        result = run_seed(seed, workdir, FLAGS.num_epochs, FLAGS.steps_per_call, FLAGS.host_memory)
         results.append(result)
         print(
             f"\nseed {seed}: trained in {result['seconds']:.1f} s (set-up and compilation "
