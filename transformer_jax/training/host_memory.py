@@ -10,7 +10,8 @@ step, 150k at `small` (measured, benchmarks/README.md). With "reuse" (the defaul
 - one arena (`M_ARENA_MAX=1`): a thread arena falls back to `mmap` for any block larger
   than its 64 MB heap whatever the other options say; the main arena grows with `brk`;
 - no `mmap` for large blocks (`M_MMAP_MAX=0`), so they come from that arena;
-- no trimming of its free top (`M_TRIM_THRESHOLD` at its maximum, 2 GiB).
+- no trimming of its free top (`M_TRIM_THRESHOLD` at its maximum, 2 GiB; a free top
+  larger than that is still returned, so temporaries above ~2 GiB keep faulting).
 
 Freed blocks then stay mapped and the next step reuses them with no page faults, as
 accelerator runtimes reuse a preallocated pool. Measured: `base` 300k page faults → 0 per
@@ -54,7 +55,10 @@ def check_mode(mode: str) -> None:
 
 
 def _glibc() -> ctypes.CDLL | None:
-    libc = ctypes.CDLL(None)
+    try:
+        libc = ctypes.CDLL(None)  # the C library this process already uses
+    except (OSError, TypeError):  # pragma: no cover - e.g. Windows
+        return None
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
         return None
     return libc
