@@ -20,6 +20,8 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
+from transformer_jax.training.host_memory import MODES as HOST_MEMORY_MODES
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (parameter init, dropout, shuffling).")
 flags.DEFINE_string("workdir_root", None, "Where the runs go (one subdir per seed); default tmp.")
@@ -30,7 +32,7 @@ flags.DEFINE_integer(
     "Optimizer steps per device call (lax.scan); 0 = the d2l config's (10). Same result.",
 )
 flags.DEFINE_enum(
-    "host_memory", "", ["", "reuse", "system"], "Host allocator ('' = the d2l config's)."
+    "host_memory", "", ["", *HOST_MEMORY_MODES], "Host allocator ('' = the d2l config's)."
 )
 
 # The book's examples (d2l §10.7.8 / §11.7.5).

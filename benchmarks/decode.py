@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from transformer_jax.training import host_memory
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "small", "Model variant from configs/model.py.")
 flags.DEFINE_integer("vocab_size", 8000, "Source and target vocabulary size.")
@@ -30,7 +32,7 @@ flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of
 flags.DEFINE_enum(
     "host_memory",
     "system",
-    ["reuse", "system"],
+    list(host_memory.MODES),
     "As a run config's host_memory; 'system', as the translate CLI runs (greedy was faster).",
 )
 
@@ -74,7 +76,6 @@ def main(argv: list[str]) -> None:
     from configs import model as model_configs
     from transformer_jax.decoding import beam_decode, greedy_decode
     from transformer_jax.nn import ModelConfig
-    from transformer_jax.training import host_memory
 
     host_memory.apply(FLAGS.host_memory)  # before the first computation
 

@@ -75,7 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.steps_per_call = 10
         c.xla_flags = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"
         # Its temporaries are small, so glibc reuses them anyway, and the one shared arena
-        # of "reuse" made its step 25-35 % slower (training/host_memory.py).
+        # of "reuse" made its step 29-37 % slower (training/host_memory.py).
         c.host_memory = "system"
         c.log_every_steps = 100
         c.eval_every_steps = c.checkpoint_every_steps = 500

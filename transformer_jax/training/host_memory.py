@@ -18,7 +18,7 @@ accelerator runtimes reuse a preallocated pool. Measured: `base` 300k page fault
 step, kernel time ~600 → ~15 ms; `small` −8 to −16 %, the fra_eng default +5 to +9 %
 steps/s. The costs: the process keeps its peak host memory until it exits, and all
 threads share one arena's lock. The lock costs where a step is thousands of tiny
-allocations and no large ones: the d2l-sized step ran 25-35 % slower, so the `d2l`
+allocations and no large ones: the d2l-sized step ran 29–37 % slower, so the `d2l`
 config says "system", which keeps glibc's defaults (as does a long-lived process whose
 peak should not stay resident).
 
