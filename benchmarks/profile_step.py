@@ -40,8 +40,12 @@ _NOT_OPS = ("$", "Thunk", "Slinky", "Pjit", "PmapFunction", "CommonPjRt", "end: 
 
 
 def op_table(trace_dir: Path, steps: int) -> list[tuple[str, float, int]]:
-    """(op kind, ms per step, calls per step) from the perfetto trace, largest first."""
-    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
+    """(op kind, ms per step, calls per step) from the newest perfetto trace, largest first.
+
+    The newest: `jax.profiler.trace` adds a run directory per call, so a reused
+    `--trace_dir` holds earlier runs' traces too.
+    """
+    path = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
     events = json.load(gzip.open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
     total: collections.Counter = collections.Counter()
