@@ -75,3 +75,34 @@ def test_scanned_steps_equal_single_steps(kind):
     np.testing.assert_allclose(scanned_losses, losses[:3], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(expected.params), strict=True):
         np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5)
+
+
+def test_one_device_step_all_reduces_no_gradients():
+    """On one device the gradient mean is skipped: XLA:CPU would run its all-reduce as a
+    copy of every gradient. Only the scalar metric and token-count sums remain."""
+    import re
+
+    config = training_defaults()
+    config.model = model_configs.get_config("tiny")
+    model_config = model_config_from(config, V, V)
+    tx, schedule = make_optimizer(config, model_config.model_dim)
+    kwargs = dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=0.1,
+        grad_accum_steps=1,
+    )
+    parallel = DataParallel.create("pmap")
+    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
+    state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
+    # "%x = (f32[], f32[]) all-reduce(...)": the result types of every all-reduce.
+    results = [
+        line.split(" = ", 1)[1].split(" all-reduce(")[0]
+        for line in hlo.splitlines()
+        if " all-reduce(" in line
+    ]
+    assert results, "expected the metric sums' all-reduces in the compiled step"
+    shapes = re.findall(r"\w+\[[^\]]*\]", " ".join(results))
+    assert shapes and all(s.endswith("[]") for s in shapes), shapes
