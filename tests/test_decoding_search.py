@@ -202,3 +202,48 @@ def test_first_argmax_equals_jnp_argmax_including_ties():
     assert got.dtype == jnp.int32
     np.testing.assert_array_equal(got, jnp.argmax(logits, axis=-1))
     assert int(got[3]) == 4 and int(got[5]) == 0
+
+
+@pytest.mark.parametrize("m, k, chunk", [(32000, 4, 128), (5000, 4, 128), (300, 3, 8), (97, 5, 4)])
+def test_chunked_top_k_equals_lax_top_k_including_ties_and_inf(m, k, chunk):
+    from transformer_jax.decoding.search import chunked_top_k
+
+    rng = np.random.default_rng(m)
+    x = rng.normal(size=(8, m)).astype(np.float32)
+    x[1] = rng.integers(0, 3, size=m)  # heavy ties: the lowest indices must win
+    x[2] = -np.inf  # a dead row: -inf ties everywhere
+    x[3, :] = -np.inf
+    x[3, m - 2 :] = [1.0, 1.0]  # fewer finite values than k, at the very end
+    x[4, : m // 2] = -np.inf
+    x[5] = 0.5  # all equal
+    x[6, [m - 1, 0, m // 2]] = 9.0  # a tie across chunks at the top
+    want_values, want_index = jax.lax.top_k(jnp.asarray(x), k)
+    values, index = jax.jit(chunked_top_k, static_argnums=(1, 2))(jnp.asarray(x), k, chunk)
+    assert index.dtype == jnp.int32
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(index, want_index)
+
+
+def test_beam_search_with_chunked_top_k_equals_plain_top_k(monkeypatch):
+    """A vocabulary large enough for the chunked path: the same n-best lists either way."""
+    from transformer_jax.decoding import search
+
+    vocab, rows, beam, batch, max_len = 600, 211, 4, 3, 6
+    table = jax.random.normal(jax.random.key(0), (rows, vocab)) * 3.0
+
+    def step(tokens, state):
+        codes, count = state
+        codes = (codes * 31 + tokens) % rows  # (N,) depends on the whole prefix
+        return table[codes], (codes, count + 1)
+
+    def run():
+        state = (jnp.arange(batch * beam, dtype=jnp.int32) // beam, jnp.array(0, jnp.int32))
+        return jax.jit(lambda: search.beam_search(step, state, batch, beam, max_len))()
+
+    assert beam * vocab >= 2 * beam * 128  # the chunked path, not its fallback
+    chunked = run()
+    monkeypatch.setattr(search, "chunked_top_k", lambda x, k: jax.lax.top_k(x, k))
+    plain = run()
+    np.testing.assert_array_equal(chunked.tokens, plain.tokens)
+    np.testing.assert_array_equal(chunked.scores, plain.scores)
+    assert np.isfinite(np.asarray(chunked.scores)).all()
