@@ -1,10 +1,11 @@
 """How the per-device steps are mapped over devices: the one place that knows.
 
-`pmap` (the design's choice): state replicated with a leading device axis, batches shaped
-(D_local, B_dev, ...). `shard_map` (JAX's successor): `jax.jit(jax.shard_map(...))` over a
-1-D mesh of all devices; state is a replicated global array, the batch a global array
-(D · B_dev, ...) sharded on its leading axis. Both run the same step functions, with the
-same axis name, and on several processes (each passes only its local devices' data).
+`pmap` (the design's choice): the state unmapped (`in_axes=None`, one replicated array
+per leaf), batches shaped (D_local, B_dev, ...) and mapped over the local devices.
+`shard_map` (JAX's successor): `jax.jit(jax.shard_map(...))` over a 1-D mesh of all
+devices; state is a replicated global array, the batch a global array (D · B_dev, ...)
+sharded on its leading axis. Both run the same step functions, with the same axis name,
+and on several processes (each passes only its local devices' data).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class DataParallel:
         """(state, batch) -> (state, metrics); the state argument is donated."""
         fn = functools.partial(step_fn, axis_name=AXIS)
         if self.kind == "pmap":
-            return jax.pmap(fn, axis_name=AXIS, donate_argnums=(0,))
+            return _pmap_replicated_state(fn, donate=True)
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
         return jax.jit(mapped, donate_argnums=(0,))
 
@@ -54,7 +55,7 @@ class DataParallel:
         steps axis N after the device axis, host (D_local, N, B_dev, ...)."""
         fn = functools.partial(steps_fn, axis_name=AXIS)
         if self.kind == "pmap":
-            return jax.pmap(fn, axis_name=AXIS, donate_argnums=(0,))
+            return _pmap_replicated_state(fn, donate=True)
         specs = (P(), P(None, AXIS))
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=specs, out_specs=(P(), P()))
         return jax.jit(mapped, donate_argnums=(0,))
@@ -63,18 +64,17 @@ class DataParallel:
         """(params, batch) -> metrics."""
         fn = functools.partial(step_fn, axis_name=AXIS)
         if self.kind == "pmap":
-            return jax.pmap(fn, axis_name=AXIS)
+            return _pmap_replicated_state(fn, donate=False)
         return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P()))
 
     # --- host <-> device ---------------------------------------------------------------
     def put_replicated(self, tree: Any) -> Any:
-        """Host pytree -> replicated on devices (pmap: leading local-device axis)."""
+        """Host pytree -> one array per leaf, replicated on every device."""
         if self.kind == "pmap":
-            # One copy per local device, through pmap itself: the arrays then carry exactly
-            # the sharding of the step's outputs, so the donated state never forces a retrace.
-            n = jax.local_device_count()
-            stacked = jax.tree.map(lambda x: np.broadcast_to(x, (n,) + np.shape(x)), tree)
-            return jax.pmap(lambda x: x, axis_name=AXIS)(stacked)
+            # Through a pmap itself: the arrays then carry exactly the sharding of the
+            # step's outputs, so the donated state never forces a retrace.
+            lanes = np.zeros(jax.local_device_count(), np.int32)
+            return _pmap_replicated_state(lambda x, _: x, donate=False)(tree, lanes)
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(
             lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree
@@ -105,10 +105,27 @@ class DataParallel:
 
     def get_replicated(self, tree: Any) -> Any:
         """Replicated device pytree (state or metrics) -> one host (numpy) copy."""
-        pmap = self.kind == "pmap"
 
         def first_copy(x: Any) -> np.ndarray:
-            data = np.asarray(x.addressable_shards[0].data)  # copy on the first local device
-            return data[0] if pmap else data  # pmap: (1, ...) -> (...)
+            return np.asarray(x.addressable_shards[0].data)  # copy on the first local device
 
         return jax.tree.map(first_copy, tree)
+
+
+def _pmap_replicated_state(fn: Callable, donate: bool) -> Callable:
+    """`jax.pmap` of fn(state, batch) with the state (and every output) unmapped.
+
+    The state enters as one replicated array per leaf (`in_axes=None`), not stacked
+    with a leading device axis, and the outputs (new state, psum'd metrics) leave the
+    same way (`out_axes=None`: they are identical on every device). With a stacked state,
+    pmap squeezes the device axis off every donated buffer, and XLA:CPU copied them at
+    entry: the compiled `small` step had 394 entry copies, 54 this way (step 629 -> 603
+    ms in turns; benchmarks/README.md).
+    """
+    return jax.pmap(
+        fn,
+        axis_name=AXIS,
+        in_axes=(None, 0),
+        out_axes=None,
+        donate_argnums=(0,) if donate else (),
+    )
