@@ -106,3 +106,29 @@ def test_one_device_step_all_reduces_no_gradients():
     assert results, "expected the metric sums' all-reduces in the compiled step"
     shapes = re.findall(r"\w+\[[^\]]*\]", " ".join(results))
     assert shapes and all(s.endswith("[]") for s in shapes), shapes
+
+
+def test_pmap_step_does_not_copy_the_donated_state_at_entry():
+    """The state enters pmap unmapped: no squeeze of a device axis, so XLA:CPU reuses the
+    donated buffers instead of copying them (a stacked state: one copy per buffer)."""
+    import re
+
+    config = training_defaults()
+    config.model = model_configs.get_config("tiny")
+    model_config = model_config_from(config, V, V)
+    tx, schedule = make_optimizer(config, model_config.model_dim)
+    kwargs = dict(
+        model=Transformer(model_config),
+        tx=tx,
+        schedule=schedule,
+        label_smoothing=0.1,
+        grad_accum_steps=1,
+    )
+    parallel = DataParallel.create("pmap")
+    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
+    state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
+    entry = hlo[hlo.index("ENTRY") :]
+    copies = len(re.findall(r" copy\(", entry))
+    buffers = len(jax.tree.leaves(state))
+    assert copies < buffers // 4, (copies, buffers)
