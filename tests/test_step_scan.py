@@ -1,6 +1,8 @@
-"""Several optimizer steps per call (lax.scan) equal the same steps called one at a time."""
+"""Several optimizer steps per call (lax.scan) equal single steps; the compiled step copies and
+reduces only what it must."""
 
 import functools
+import re
 
 import jax
 import numpy as np
@@ -77,11 +79,8 @@ def test_scanned_steps_equal_single_steps(kind):
         np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5)
 
 
-def test_one_device_step_all_reduces_no_gradients():
-    """On one device the gradient mean is skipped: XLA:CPU would run its all-reduce as a
-    copy of every gradient. Only the scalar metric and token-count sums remain."""
-    import re
-
+def _compiled_pmap_step() -> tuple[str, int]:
+    """(compiled HLO text, number of state buffers) of the tiny model's one-device pmap step."""
     config = training_defaults()
     config.model = model_configs.get_config("tiny")
     model_config = model_config_from(config, V, V)
@@ -97,6 +96,13 @@ def test_one_device_step_all_reduces_no_gradients():
     step = parallel.map_train_step(functools.partial(train_step, **kwargs))
     state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
     hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
+    return hlo, len(jax.tree.leaves(state))
+
+
+def test_one_device_step_all_reduces_no_gradients():
+    """On one device the gradient mean is skipped: XLA:CPU would run its all-reduce as a
+    copy of every gradient. Only the scalar metric and token-count sums remain."""
+    hlo, _ = _compiled_pmap_step()
     # "%x = (f32[], f32[]) all-reduce(...)": the result types of every all-reduce.
     results = [
         line.split(" = ", 1)[1].split(" all-reduce(")[0]
@@ -111,24 +117,6 @@ def test_one_device_step_all_reduces_no_gradients():
 def test_pmap_step_does_not_copy_the_donated_state_at_entry():
     """The state enters pmap unmapped: no squeeze of a device axis, so XLA:CPU reuses the
     donated buffers instead of copying them (a stacked state: one copy per buffer)."""
-    import re
-
-    config = training_defaults()
-    config.model = model_configs.get_config("tiny")
-    model_config = model_config_from(config, V, V)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
-    kwargs = dict(
-        model=Transformer(model_config),
-        tx=tx,
-        schedule=schedule,
-        label_smoothing=0.1,
-        grad_accum_steps=1,
-    )
-    parallel = DataParallel.create("pmap")
-    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
-    state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
-    hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
-    entry = hlo[hlo.index("ENTRY") :]
-    copies = len(re.findall(r" copy\(", entry))
-    buffers = len(jax.tree.leaves(state))
+    hlo, buffers = _compiled_pmap_step()
+    copies = len(re.findall(r" copy\(", hlo[hlo.index("ENTRY") :]))
     assert copies < buffers // 4, (copies, buffers)
