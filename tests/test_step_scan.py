@@ -41,11 +41,11 @@ def _batch(i: int) -> dict[str, np.ndarray]:
     return {k: v[None] for k, v in batch.items()}  # (D=1, B, ...)
 
 
-@pytest.mark.parametrize("kind", ["pmap", "shard_map"])
-def test_scanned_steps_equal_single_steps(kind):
+def _tiny_setup(**overrides):
+    """(model config, optimizer, train_step keyword arguments) for the tiny model."""
     config = training_defaults()
     config.model = model_configs.get_config("tiny")
-    config.schedule, config.learning_rate, config.clip_norm = "constant", 0.01, 1.0
+    config.update(overrides)
     model_config = model_config_from(config, V, V)
     tx, schedule = make_optimizer(config, model_config.model_dim)
     kwargs = dict(
@@ -55,6 +55,20 @@ def test_scanned_steps_equal_single_steps(kind):
         label_smoothing=0.1,
         grad_accum_steps=1,
     )
+    return model_config, tx, kwargs
+
+
+def _tiny_step(kind: str):
+    """(DataParallel, mapped train step, device state) for the tiny model."""
+    model_config, tx, kwargs = _tiny_setup()
+    parallel = DataParallel.create(kind)
+    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
+    return parallel, step, parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+
+
+@pytest.mark.parametrize("kind", ["pmap", "shard_map"])
+def test_scanned_steps_equal_single_steps(kind):
+    model_config, tx, kwargs = _tiny_setup(schedule="constant", learning_rate=0.01, clip_norm=1.0)
     parallel = DataParallel.create(kind)
     one = parallel.map_train_step(functools.partial(train_step, **kwargs))
     many = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
@@ -81,20 +95,7 @@ def test_scanned_steps_equal_single_steps(kind):
 
 def _compiled_pmap_step() -> tuple[str, int]:
     """(compiled HLO text, number of state buffers) of the tiny model's one-device pmap step."""
-    config = training_defaults()
-    config.model = model_configs.get_config("tiny")
-    model_config = model_config_from(config, V, V)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
-    kwargs = dict(
-        model=Transformer(model_config),
-        tx=tx,
-        schedule=schedule,
-        label_smoothing=0.1,
-        grad_accum_steps=1,
-    )
-    parallel = DataParallel.create("pmap")
-    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
-    state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    parallel, step, state = _tiny_step("pmap")
     hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
     return hlo, len(jax.tree.leaves(state))
 
@@ -120,3 +121,18 @@ def test_pmap_step_does_not_copy_the_donated_state_at_entry():
     hlo, buffers = _compiled_pmap_step()
     copies = len(re.findall(r" copy\(", hlo[hlo.index("ENTRY") :]))
     assert copies < buffers // 4, (copies, buffers)
+
+
+@pytest.mark.parametrize("kind", ["pmap", "shard_map"])
+def test_mapped_step_donates_the_state(kind):
+    """Every state buffer is donated and used: the old state is gone after the step, and
+    JAX does not warn that a donated buffer could not be reused."""
+    import warnings
+
+    parallel, step, state = _tiny_step(kind)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        new_state, _ = step(state, parallel.put_batch(_batch(0)))
+        jax.block_until_ready(new_state)
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state))
+    assert not [w for w in caught if "donated" in str(w.message)], [str(w.message) for w in caught]
