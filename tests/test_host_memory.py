@@ -34,8 +34,10 @@ def test_after_the_backend_started_reuse_is_not_applied_and_says_so(monkeypatch,
 
 
 # A jitted function whose 128 MiB temporary (sin(x), the dot's operand) XLA:CPU allocates
-# on every call: the median of minor page faults per call, after warm-up (JAX frees a
-# call's buffers a few calls later, so the first calls grow the heap either way).
+# on every call: the fewest minor page faults of one call, after warm-up. The fewest, not
+# the median: JAX frees a call's buffers a few calls later, and a small allocation can
+# land in a freed block, so under "reuse" the heap still grows (and faults) now and then
+# when calls follow each other this closely; under "system" no call escapes the faults.
 WORKER = textwrap.dedent(
     """
     import resource, sys
@@ -49,7 +51,7 @@ WORKER = textwrap.dedent(
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         f(x, v).block_until_ready()
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    print(ok, host_memory.in_effect(), sorted(faults[8:])[4])  # median after warm-up
+    print(ok, host_memory.in_effect(), min(faults[4:]))
     """
 )
 TEMP_PAGES = 8192 * 4096 * 4 // 4096
@@ -75,4 +77,4 @@ def test_reuse_keeps_the_temporaries_pages_and_system_faults_them_in_every_call(
     assert faults > 0.5 * TEMP_PAGES  # glibc mmaps and unmaps the block on every call
     ok, in_effect, faults = _faults_per_call("reuse")
     assert (ok, in_effect) == ("True", "reuse")
-    assert faults < 0.05 * TEMP_PAGES
+    assert faults < 0.05 * TEMP_PAGES  # a call that reused the freed block's pages
