@@ -12,9 +12,10 @@ Training is the project's own loop (`training.train_and_evaluate`) in a fresh wo
 preparation, tokenizer training and compilation count (`--set data.data_dir=<empty dir>` makes
 them cold: the dataset is built from the zip and SentencePiece trained again). When a
 checkpoint is due, the hook fetches the parameters (waiting for the step), stops the clock,
-translates the first `--num_test` test pairs (greedy, and beam `--beam_size` if > 1) and
-restarts the clock: evaluation is never charged to training. The loop's own periodic
-validation is turned off for the same reason (it runs once, after the last checkpoint).
+translates the test split (all of it by default, or `--num_test` evenly spaced pairs;
+greedy, and beam `--beam_size` if > 1) and restarts the clock: evaluation is never charged
+to training. The loop's own periodic validation is turned off for the same reason (it runs
+once, after the last checkpoint).
 Prints a markdown table; `--out` writes the rows as JSON.
 """
 
@@ -35,9 +36,9 @@ import jax
 import ml_collections
 
 from benchmarks import common
-from transformer_jax.data import load_split_pairs, load_tokenizers, sources
-from transformer_jax.evaluation.bleu import corpus_bleu, corpus_chrf, detokenize_book
-from transformer_jax.evaluation.report import book_style, decode_sentences
+from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
+from transformer_jax.evaluation.bleu import format_length_table
+from transformer_jax.evaluation.report import evaluate_bundle
 from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR, InferenceBundle
 from transformer_jax.training.config import load_config_file
 from transformer_jax.training.runtime import configure_process
@@ -116,7 +117,7 @@ class Clock:
 
 
 class TestScorer:
-    """Translates the first n test pairs with given parameters; BLEU and chrF per search."""
+    """Translates the test pairs with given parameters: BLEU, chrF and BLEU by source length."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: Path, args: argparse.Namespace):
         # The loop saved its tokenizers before the first step; the dataset is built by then too.
@@ -125,26 +126,30 @@ class TestScorer:
         self.bundle = InferenceBundle(
             config, model_config.replace(deterministic=True), None, src_tok, tgt_tok, 0
         )
-        pairs = load_split_pairs(config.data, config.data.test_split)[: args.num_test]
-        detok = detokenize_book if book_style(config) else (lambda s: s)
-        self.sources = [src for src, _ in pairs]
-        self.references = [detok(tgt) for _, tgt in pairs]
-        self.detok = detok
+        test = load_split_pairs(config.data, config.data.test_split)
+        self.pairs = spread_subset(test, args.num_test)
         self.beams = [1] + ([args.beam_size] if args.beam_size > 1 else [])
-        self.decode_kw = dict(
-            max_decode_len=config.eval.max_decode_len or config.data.max_tgt_len,
-            batch_size=config.eval.decode_batch_size,
-            alpha=args.alpha,
-        )
+        self.alpha = args.alpha
+        self.length_rows: dict[int, list[dict[str, Any]]] = {}  # per beam, of the last call
 
     def __call__(self, params: Any) -> dict[str, float]:
         self.bundle.params = params
         scores = {}
         for beam in self.beams:
-            run = decode_sentences(self.bundle, self.sources, beam_size=beam, **self.decode_kw)
-            hyps = [self.detok(h) for h in run.hypotheses]
-            scores[f"bleu_beam{beam}"] = corpus_bleu(hyps, self.references)
-            scores[f"chrf_beam{beam}"] = corpus_chrf(hyps, self.references)
+            report = evaluate_bundle(
+                self.bundle,
+                self.pairs,
+                num_samples=0,
+                with_loss=False,
+                with_speed=False,
+                beam_size=beam,
+                alpha=self.alpha,
+            )
+            scores[f"bleu_beam{beam}"] = report["bleu"]
+            scores[f"chrf_beam{beam}"] = report["chrf"]
+            for row in report["bleu_by_length"]:
+                scores[f"bleu_beam{beam}_{row['words']}"] = row["bleu"]
+            self.length_rows[beam] = report["bleu_by_length"]
         return scores
 
 
@@ -159,7 +164,7 @@ class CheckpointHook:
         self.due = sorted(float(m) for m in args.checkpoints_min.split(","))
         self.tokens = 0  # non-pad source + target tokens trained on
         self.rows: list[dict[str, Any]] = []
-        self._scorer: TestScorer | None = None
+        self.scorer: TestScorer | None = None
 
     def __call__(self, end: StepEnd) -> bool:
         self.tokens += sum(common.non_pad_tokens(b) for b in end.batches)  # host numpy: no sync
@@ -170,9 +175,9 @@ class CheckpointHook:
         seconds = self.clock.seconds()
         with self.clock.paused():
             start = time.perf_counter()
-            if self._scorer is None:
-                self._scorer = TestScorer(self.config, self.workdir, self.args)
-            scores = self._scorer(params)
+            if self.scorer is None:
+                self.scorer = TestScorer(self.config, self.workdir, self.args)
+            scores = self.scorer(params)
             eval_s = time.perf_counter() - start
         reached = [m for m in self.due if 60 * m <= seconds]
         self.due = [m for m in self.due if 60 * m > seconds]
@@ -186,7 +191,7 @@ class CheckpointHook:
             "note": f"run ended: num_train_steps={end.total_steps}" if ended and self.due else "",
         }
         self.rows.append(row)
-        print(_row_line(row, self._scorer.beams), flush=True)
+        print(_row_line(row, self.scorer.beams), flush=True)
         return not self.due
 
 
@@ -204,7 +209,7 @@ def _header(beams: list[int]) -> str:
     cols = ["checkpoint min", "minutes", "steps", "train tokens (src+tgt)"]
     for beam in beams:
         search = "greedy" if beam == 1 else f"beam {beam}"
-        cols += [f"test BLEU {search}", f"chrF {search}"]
+        cols += [f"test BLEU {search}", f"chrF {search}", f"BLEU 16+ words {search}"]
     cols += ["eval s (paused)", "note"]
     return "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
 
@@ -213,7 +218,9 @@ def _row_line(row: dict[str, Any], beams: list[int]) -> str:
     target = "-" if row["checkpoint_min"] is None else f"{row['checkpoint_min']:g}"
     cells = [target, f"{row['minutes']:.2f}", f"{row['steps']:,}", f"{row['train_tokens']:,}"]
     for beam in beams:
+        long = row.get(f"bleu_beam{beam}_16+")
         cells += [f"{row[f'bleu_beam{beam}']:.2f}", f"{row[f'chrf_beam{beam}']:.2f}"]
+        cells.append("-" if long is None else f"{long:.2f}")
     cells += [f"{row['eval_seconds']:.1f}", row["note"]]
     return "| " + " | ".join(cells) + " |"
 
@@ -222,7 +229,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_config_args(parser)
     parser.add_argument("--checkpoints_min", default="5,10,20", help="wall-clock minutes")
-    parser.add_argument("--num_test", type=int, default=1000, help="first n test pairs")
+    parser.add_argument(
+        "--num_test", type=int, default=0, help="n evenly spaced test pairs; 0 = all (8,491)"
+    )
     parser.add_argument("--beam_size", type=int, default=1, help="> 1: also beam search")
     parser.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
     parser.add_argument("--workdir", default="", help="empty or new dir (default: a temp dir)")
@@ -241,8 +250,9 @@ def main() -> None:
     hook = CheckpointHook(config, workdir, args, clock)
     print(
         f"config {args.config} {' '.join(args.set)} | model {_model_line(config.model)} | "
-        f"devices {jax.devices()} | test: first {args.num_test} pairs of "
-        f"{config.data.test_split!r}, sacreBLEU on detokenised text | workdir {workdir}\n"
+        f"devices {jax.devices()} | test: {args.num_test or 'all'} pairs of "
+        f"{config.data.test_split!r} (evenly spaced), sacreBLEU on detokenised text | "
+        f"workdir {workdir}\n"
         "Wall clock counts from the start of the run: data preparation (dataset already "
         f"built: {'yes' if prepared else 'no'}, data_dir {config.data.data_dir}), tokenizer "
         "training (SentencePiece models are cached in data_dir), compilation and checkpoint "
@@ -257,6 +267,16 @@ def main() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
     if hook.due:
         print(f"not reached: {hook.due} min (the run ended first)")
+    if hook.scorer is not None and hook.rows:
+        last = hook.rows[-1]
+        for beam, rows in hook.scorer.length_rows.items():
+            total = {
+                "count": sum(r["count"] for r in rows),
+                "bleu": last[f"bleu_beam{beam}"],
+                "chrf": last[f"chrf_beam{beam}"],
+            }
+            print(f"\nBLEU by source length at {last['minutes']:.1f} min, beam {beam}:")
+            print("\n".join(format_length_table(rows, total)))
     if args.out:
         Path(args.out).write_text(json.dumps(hook.rows, indent=2))
         print(f"wrote {args.out}")

@@ -2,9 +2,11 @@ r"""Evaluate a trained run on its test split: flags in, `evaluation.evaluate_wor
 
     python -m experiments.evaluate --workdir=runs/fra_eng
     python -m experiments.evaluate --workdir=runs/fra_eng --beam_size=4 --num_examples=500
+    python -m experiments.evaluate --workdir=runs/fra_eng --average_last=3  # mean of 3 ckpts
 
-Writes eval_report.json, eval_report.md and training_curves.png into the workdir and prints
-the Markdown report.
+Scores the whole test split by default: sacreBLEU and chrF with their signatures and BLEU by
+source length. Writes eval_report.json, eval_report.md and training_curves.png into the
+workdir and prints the Markdown report.
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
 flags.DEFINE_enum("split", "test", ["test", "eval"], "Which split of the run's data to score.")
 flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
+flags.DEFINE_integer(
+    "average_last",
+    1,
+    "Average the params of the last N checkpoints (ending at --step if given); 1 = no averaging.",
+)
 flags.DEFINE_integer("beam_size", None, "Default: the run's eval.beam_size.")
-flags.DEFINE_float("alpha", 0.6, "Beam search length penalty exponent.")
-flags.DEFINE_integer("max_decode_len", None, "Default: eval.max_decode_len or data.max_tgt_len.")
+flags.DEFINE_float("alpha", None, "Beam search length penalty exponent; default eval.alpha.")
+flags.DEFINE_integer(
+    "max_decode_len",
+    None,
+    "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
+)
 flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default from config.")
-flags.DEFINE_integer("num_examples", 0, "Score only the first n pairs; 0 = all.")
+flags.DEFINE_integer(
+    "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
+)
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
 flags.mark_flags_as_required(["workdir"])
 
@@ -37,6 +50,7 @@ def main(argv: list[str]) -> None:
             FLAGS.workdir,
             split=FLAGS.split,
             step=FLAGS.step,
+            average_last=FLAGS.average_last,
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             max_decode_len=FLAGS.max_decode_len,

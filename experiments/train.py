@@ -66,6 +66,13 @@ def main(argv: list[str]) -> None:
         print(f"FATAL: invalid config: {error}", file=sys.stderr)
         sys.exit(2)
     training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    if FLAGS.config.eval.num_test_examples >= 0:
+        if jax.process_count() > 1:  # the report decodes on one host's devices
+            logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
+            return
+        from transformer_jax.evaluation.report import test_report
+
+        test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -17,9 +17,22 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
 flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
-flags.DEFINE_integer("beam_size", 1, "1 = greedy search; > 1 = beam search.")
-flags.DEFINE_float("alpha", 0.6, "Beam search length penalty exponent: ((5 + len) / 6)^alpha.")
-flags.DEFINE_integer("max_decode_len", None, "Most tokens per translation; default from config.")
+flags.DEFINE_integer(
+    "average_last",
+    1,
+    "Average the params of the last N checkpoints (ending at --step if given); 1 = no averaging.",
+)
+flags.DEFINE_integer(
+    "beam_size", None, "1 = greedy search; > 1 = beam search. Default: the run's eval.beam_size."
+)
+flags.DEFINE_float(
+    "alpha", None, "Beam length penalty exponent ((5 + len) / 6)^alpha; default eval.alpha."
+)
+flags.DEFINE_integer(
+    "max_decode_len",
+    None,
+    "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
+)
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
 flags.mark_flags_as_required(["workdir"])
@@ -37,6 +50,7 @@ def main(argv: list[str]) -> None:
             FLAGS.workdir,
             sentences,
             step=FLAGS.step,
+            average_last=FLAGS.average_last,
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             max_decode_len=FLAGS.max_decode_len,

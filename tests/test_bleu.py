@@ -6,6 +6,7 @@ import pytest
 import sacrebleu
 
 from transformer_jax.evaluation import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
+from transformer_jax.evaluation.bleu import bleu_by_length, corpus_scores, format_length_table
 
 
 def test_exact_match_is_one():
@@ -80,3 +81,35 @@ def test_corpus_scores_reject_mismatched_inputs():
         corpus_chrf("a b", "a b")
     with pytest.raises(ValueError, match="no sentences"):
         corpus_bleu([], [])
+
+
+def test_corpus_scores_carry_sacrebleu_signatures():
+    hyps, refs = ["le chat est noir.", "il pleut."], ["le chat est noir.", "il pleut fort."]
+    scores = corpus_scores(hyps, refs)
+    assert scores["bleu"] == pytest.approx(corpus_bleu(hyps, refs))
+    assert scores["chrf"] == pytest.approx(corpus_chrf(hyps, refs))
+    assert scores["bleu_signature"] == (
+        f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    )
+    assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+
+
+def test_bleu_by_length_rows_are_the_scores_of_their_pairs_and_add_up():
+    sources = ["go.", "i am at home now.", "a b c d e f g", "one two three four five six seven "
+               "eight nine ten eleven", "x " * 17, "he runs."]  # fmt: skip
+    hyps = ["va !", "je suis chez moi.", "a b c", "un deux trois", "x x x", "il court."]
+    refs = ["va !", "je suis à la maison.", "a b c d", "un deux trois quatre", "x x", "il court."]
+    rows = bleu_by_length(sources, hyps, refs)
+    assert [(r["words"], r["count"]) for r in rows] == [
+        ("1-5", 3), ("6-10", 1), ("11-15", 1), ("16+", 1)
+    ]  # fmt: skip
+    assert sum(r["count"] for r in rows) == len(sources)
+    short = [0, 1, 5]  # 1, 5 and 2 words
+    assert rows[0]["bleu"] == pytest.approx(
+        corpus_bleu([hyps[i] for i in short], [refs[i] for i in short])
+    )
+    assert rows[3]["bleu"] == pytest.approx(corpus_bleu([hyps[4]], [refs[4]]))
+    empty = bleu_by_length(["go."], ["va !"], ["va !"])
+    assert empty[1] == {"words": "6-10", "count": 0, "bleu": None, "chrf": None}
+    table = format_length_table(rows, {"count": 6, "bleu": 1.0, "chrf": 2.0})
+    assert table[2].startswith("| 1-5 | 3 |") and table[-1] == "| all | 6 | 1.00 | 2.00 |"

@@ -24,7 +24,9 @@ def test_d2l_variant_is_the_books_setting():
         2, 2, 32, 4, 64,
     )  # fmt: skip
     assert m.dropout_rate == m.attention_dropout_rate == 0.1
-    assert c.data.train_split == "full[:600]" and c.data.tokenizer == "word"
+    # load_data_nmt(num_examples=600) keeps lines 0..600, and its DataLoader the last batch.
+    assert c.data.train_split == "full[:601]" and c.data.drop_remainder is False
+    assert c.data.tokenizer == "word"
     assert c.data.min_freq == 2 and c.data.max_src_len == c.data.max_tgt_len == 10
     assert c.data.batch_size == 64
     assert (c.optimizer, c.schedule, c.learning_rate, c.clip_norm) == ("adam", "constant", 0.005, 1)
@@ -33,9 +35,10 @@ def test_d2l_variant_is_the_books_setting():
 
 def test_epochs_are_converted_to_steps_in_one_place():
     c = fra_eng.get_config("d2l")
-    assert config_lib.resolve_num_train_steps(c, steps_per_epoch=9) == 1800
+    steps_per_epoch = -(-601 // c.data.batch_size)  # 10: the last batch holds 25 pairs
+    assert config_lib.resolve_num_train_steps(c, steps_per_epoch) == 2000
     c.num_epochs, c.num_train_steps = 0, 77
-    assert config_lib.resolve_num_train_steps(c, steps_per_epoch=9) == 77
+    assert config_lib.resolve_num_train_steps(c, steps_per_epoch) == 77
 
 
 def test_bad_variant_argument_lists_the_choices():
@@ -57,7 +60,8 @@ def test_bad_variant_argument_lists_the_choices():
         (lambda c: c.eval.update({"beam_size": 0}), "eval.beam_size"),
         (lambda c: c.model.update({"num_heads": 3}), "num_heads"),
         (lambda c: c.data.update({"tokenizer": "bpe"}), "sentencepiece"),
-        (lambda c: c.model.update({"max_len": 8}), "max_len"),
+        (lambda c: c.data.update({"drop_remainder": None}), "drop_remainder=None.*False"),
+        (lambda c: c.model.update({"max_len": 8, "positional": "learned"}), "max_len=8"),
     ],
 )
 def test_validation_names_the_value_and_the_fix(change, message):

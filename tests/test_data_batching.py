@@ -224,3 +224,103 @@ def test_resolve_boundaries():
     assert bucketing.resolve_boundaries((), 8, 32, 20) == (8, 16, 24, 32)
     assert bucketing.resolve_boundaries((), 8, 10, 10) == (8, 10)
     assert bucketing.resolve_boundaries((5, 10, 40), 8, 32, 32) == (5, 10, 32)
+
+
+LAYOUTS = [(1, 1), (1, 2), (2, 2)]  # (process_count, devices per process)
+
+
+@pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
+@pytest.mark.parametrize(("process_count", "num_devices"), LAYOUTS)
+def test_kept_remainder_sees_every_example_once_with_zero_weight_dummies(
+    boundaries, process_count, num_devices
+):
+    enc = _fake_encoded(n=103)
+    procs = [
+        batching.TrainIterator(
+            enc,
+            global_batch=16,
+            num_devices=num_devices,
+            process_index=p,
+            process_count=process_count,
+            seed=5,
+            bucket_boundaries=boundaries,
+            drop_remainder=False,
+        )
+        for p in range(process_count)
+    ]
+    assert all(it.batches_per_epoch == 7 for it in procs)  # ceil(103 / 16), not 103 // 16 = 6
+    seen, real_rows, shapes = [], [], set()
+    for _ in range(7):
+        # The global batch, rows in process-then-device order.
+        parts = [next(it) for it in procs]
+        batch = {k: np.concatenate([q[k] for q in parts]).reshape(16, -1) for k in parts[0]}
+        shapes.add(parts[0]["src"].shape[:2])
+        real = batch["tgt_weight"].sum(-1) > 0
+        ids = batch["src"][real, 0] - 100
+        np.testing.assert_array_equal(batch["src_len"][real].ravel(), enc.src_len[ids])
+        assert batch["tgt_weight"][real].sum() == enc.tgt_len[ids].sum()
+        # Dummies: zero weight, src = <eos> (length 1), tgt_in = <bos>, nothing else.
+        assert (batch["src"][~real, 0] == EOS_ID).all() and (batch["src"][~real, 1:] == 0).all()
+        assert (batch["src_len"][~real] == 1).all()
+        assert (batch["tgt_in"][~real, 0] == BOS_ID).all() and (
+            batch["tgt_in"][~real, 1:] == 0
+        ).all()
+        assert (batch["tgt_out"][~real] == 0).all() and (batch["tgt_weight"][~real] == 0).all()
+        seen.extend(ids.tolist())
+        real_rows.append(int(real.sum()))
+    assert sorted(seen) == list(range(103))  # every example exactly once in the epoch
+    assert sorted(real_rows) == [7] + [16] * 6  # one partial batch: 103 - 6 * 16 real rows
+    if boundaries is None:
+        assert real_rows[-1] == 7  # without buckets it is the last one, as in a DataLoader
+        assert seen[:96] == np.random.default_rng([5, 0]).permutation(103)[:96].tolist()
+    assert shapes == {(num_devices, 16 // process_count // num_devices)}
+    assert all(it.epoch == 0 for it in procs)
+    next(procs[0])
+    assert procs[0].epoch == 1
+
+
+def test_kept_remainder_of_a_split_smaller_than_one_batch():
+    enc = _fake_encoded(n=5)
+    it = batching.TrainIterator(enc, global_batch=8, num_devices=2, drop_remainder=False)
+    assert it.batches_per_epoch == 1
+    batch = next(it)
+    assert batch["src"].shape == (2, 4, 12)
+    assert sorted(_ids(batch)[batch["tgt_weight"].sum(-1).reshape(-1) > 0]) == list(range(5))
+    with pytest.raises(ValueError, match=r"drop_remainder=False"):
+        batching.TrainIterator(enc, global_batch=8, num_devices=2)
+
+
+@pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
+def test_resume_with_a_kept_remainder(boundaries):
+    enc = _fake_encoded()
+    kwargs = dict(
+        global_batch=8, num_devices=2, seed=3, bucket_boundaries=boundaries, drop_remainder=False
+    )
+    reference = batching.TrainIterator(enc, **kwargs)
+    want = [next(reference) for _ in range(40)]  # 13 batches an epoch: crosses two boundaries
+    it = batching.TrainIterator(enc, **kwargs)
+    assert it.batches_per_epoch == 13
+    for _ in range(26):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert (state["epoch"], state["position"], state["drop_remainder"]) == (1, 13, False)
+    resumed = batching.TrainIterator(enc, **kwargs)
+    resumed.set_state(state)
+    for expected in want[26:]:
+        got = next(resumed)
+        for key in encoding.BATCH_KEYS:
+            np.testing.assert_array_equal(got[key], expected[key])
+
+
+def test_set_state_checks_drop_remainder_and_reads_older_states():
+    enc = _fake_encoded()
+    dropping = batching.TrainIterator(enc, global_batch=8, num_devices=1)
+    keeping = batching.TrainIterator(enc, global_batch=8, num_devices=1, drop_remainder=False)
+    with pytest.raises(ValueError, match=r"drop_remainder=True but this pipeline has .*False"):
+        keeping.set_state(dropping.get_state())
+    old = {k: v for k, v in dropping.get_state().items() if k != "drop_remainder"}
+    old["position"] = 3
+    dropping.set_state(old)  # saved before the option existed: it always dropped
+    assert dropping.get_state()["position"] == 3
+    with pytest.raises(ValueError, match=r"drop_remainder"):
+        keeping.set_state(old)

@@ -5,7 +5,7 @@ import zipfile
 import numpy as np
 
 from tests.test_data_tokenizers import _BookVocab
-from transformer_jax.data import pipeline, tokenizers
+from transformer_jax.data import pipeline, sources, tokenizers
 from transformer_jax.data.vocab import PAD_ID
 
 pytest_plugins = ["tests.conftest_data"]
@@ -110,3 +110,37 @@ def test_book_parity_mode_on_real_corpus(real_cfg):
             assert [pipe.tgt_tokenizer.id_to_token(i) for i in tgt_row] == book_tgt[row]
             assert weights.sum() == sum(t != "<pad>" for t in book_tgt[row])
     assert (batch["src"] != PAD_ID).sum() == batch["src_len"].sum()
+
+
+def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
+    tmp_path, make_zip, synthetic_lines, make_cfg, caplog
+):
+    """Pairs longer than the book's 14-token cap but within the limit are batched whole;
+    pairs beyond the limit are skipped (never cut) and counted in the sizes and the log."""
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    medium = [" ".join(words[(i + k) % 12] for k in range(19)) for i in range(12)]  # 19 words
+    long = [" ".join(words[(i + k) % 12] for k in range(30)) for i in range(8)]  # 30 words
+    lines = synthetic_lines() + [f"{e} {i}.\tfr {e} ." for i, e in enumerate(medium + long)]
+    cfg = make_cfg(make_zip(tmp_path / "long.zip", lines), max_src_len=24, max_tgt_len=24)
+    cfg.bucketing, cfg.bucket_boundaries = True, (12,)
+    with caplog.at_level("INFO"):
+        pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    sizes = pipe.split_sizes
+    # 30 words + number + "." + <eos> = 33 source tokens > 24: all 8 long pairs skipped.
+    skipped = sizes["skipped_train"] + sizes["skipped_eval"] + sizes["skipped_test"]
+    assert skipped == 8 and sizes["skipped_train"] > 0
+    log = caplog.text
+    assert f"skipped {sizes['skipped_train']} of {sizes['train']} training pairs" in log
+    assert "train source tokens (with <eos>): p50" in log and "p99.9" in log
+    # The medium pairs of the train split appear whole (22 tokens: 19 words, number, ".",
+    # <eos>) in one epoch's batches, <eos> last; none is cut.
+    train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
+    train_medium = sum(len(source.split()) == 21 for source, _ in train_pairs)
+    seen = []
+    for batch in pipe.train_iter.epoch_batches(0):
+        for src, n in zip(batch["src"].reshape(-1, batch["src"].shape[-1]),
+                          batch["src_len"].reshape(-1), strict=True):  # fmt: skip
+            assert src[n - 1] == 2  # every source ends in <eos>
+            if n > 14:
+                seen.append(int(n))
+    assert set(seen) == {22} and len(seen) == train_medium > 0

@@ -118,10 +118,22 @@ def test_beam_size_one_equals_greedy(model, alpha):
     np.testing.assert_array_equal(np.asarray(beam.tokens)[:, 0], np.asarray(greedy))
 
 
-def test_decode_length_beyond_max_len_is_rejected(model):
+def test_decode_length_beyond_a_learned_table_is_rejected(model):
+    cfg, _, src, src_len = model
+    learned = cfg.replace(positional="learned")
+    params = random_params(learned, seed=1)
+    with pytest.raises(ValueError, match=r"learned position table \(model.max_len=32\)"):
+        greedy_decode(learned, params, src, src_len, max_decode_len=33)
+
+
+def test_sinusoidal_decoding_beyond_max_len_equals_recomputation(model):
+    """Positions past model.max_len are computed, and the cache still equals recomputation."""
     cfg, params, src, src_len = model
-    with pytest.raises(ValueError, match="max_len=32"):
-        greedy_decode(cfg, params, src, src_len, max_decode_len=33)
+    length = cfg.max_len + 8
+    cached = greedy_decode(cfg, params, src, src_len, max_decode_len=length)
+    full = greedy_decode(cfg, params, src, src_len, max_decode_len=length, use_cache=False)
+    assert cached.shape == (src.shape[0], length)
+    np.testing.assert_array_equal(np.asarray(cached), np.asarray(full))
 
 
 def test_sharded_decoding_on_two_devices_matches_one_device(model, tmp_path):

@@ -267,11 +267,20 @@ def test_decoder_only_causal_lm_is_causal():
     np.testing.assert_allclose(np.asarray(a[:, :5]), np.asarray(b[:, :5]), atol=1e-6)
 
 
-def test_too_long_sequence_error_names_the_fix():
+def test_too_long_sequence_for_learned_positions_names_the_limit():
+    cfg = _cfg(max_len=8, deterministic=True, positional="learned")
+    src, src_len, tgt = _batch(s=9)
+    with pytest.raises(ValueError, match=r"learned position table \(model.max_len=8\)"):
+        Transformer(cfg).init(jax.random.key(0), src, src_len, tgt)
+
+
+def test_sinusoidal_positions_have_no_length_limit():
+    """max_len does not limit a sinusoidal model: a 9-token source with max_len 8 encodes."""
     cfg = _cfg(max_len=8, deterministic=True)
     src, src_len, tgt = _batch(s=9)
-    with pytest.raises(ValueError, match="exceeds model.max_len=8"):
-        Transformer(cfg).init(jax.random.key(0), src, src_len, tgt)
+    params = Transformer(cfg).init(jax.random.key(0), src, src_len, tgt)["params"]
+    logits = Transformer(cfg).apply({"params": params}, src, src_len, tgt)
+    assert np.isfinite(np.asarray(logits)).all()
 
 
 def test_base_variant_parameter_count_matches_paper_order_of_magnitude():

@@ -46,3 +46,17 @@ def test_sinusoidal_table_matches_formula_for_even_and_odd_d(dim):
     assert got.shape == (60, dim) and got.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(got), reference.sinusoidal(60, dim), atol=1e-6)
     assert reference.rel_err(got, reference.sinusoidal(60, dim)) < 1e-5
+
+
+@pytest.mark.parametrize("dim", [16, 7])
+def test_sinusoidal_rows_match_the_float64_formula_at_any_position(dim):
+    """Rows computed on the fly, for positions far beyond any table, and at an offset."""
+    positions = jnp.array([0, 1, 5, 63, 200, 1000, 1999], jnp.int32)
+    got = np.asarray(ops.sinusoidal_rows(positions, dim))
+    want = reference.sinusoidal(2000, dim)[np.asarray(positions)]
+    np.testing.assert_allclose(got[:5], want[:5], atol=1e-5)  # i·ω exact-ish in float32
+    np.testing.assert_allclose(got, want, atol=2e-4)  # float32 rounding of i·ω up to 2000
+    np.testing.assert_array_equal(
+        np.asarray(ops.sinusoidal_rows(jnp.arange(3, 7), dim)),
+        np.asarray(ops.sinusoidal_rows(jnp.arange(10), dim))[3:7],
+    )  # an offset sees the same rows: cached decoding equals full recomputation

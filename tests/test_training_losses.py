@@ -62,6 +62,27 @@ def test_paper_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
     np.testing.assert_allclose(got[3] / got[2], 0.5, rtol=1e-6)  # 4x the steps, half the rate
 
 
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_decay_schedules_warm_up_to_the_peak_and_reach_zero_at_the_last_step(kind):
+    peak, warmup, total = 3e-3, 100, 1100
+    schedule = optimizer.make_schedule(
+        _config(schedule=kind, learning_rate=peak, warmup_steps=warmup, num_train_steps=5),
+        model_dim=64,
+        total_steps=total,  # the run's resolved length wins over num_train_steps
+    )
+    lr = lambda n: float(schedule(n))
+    assert lr(0) == 0.0 and lr(50) == pytest.approx(peak / 2, rel=1e-5)
+    assert lr(warmup) == pytest.approx(peak, rel=1e-5)
+    middle = warmup + (total - warmup) // 2  # linear: half the peak; cosine: (1 + cos π/2)/2
+    assert lr(middle) == pytest.approx(peak / 2, rel=1e-4)
+    assert lr(warmup + (total - warmup) // 4) == pytest.approx(
+        peak * (0.75 if kind == "linear" else (1 + np.cos(np.pi / 4)) / 2), rel=1e-4
+    )
+    assert lr(total) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="decays to 0 at the last step"):
+        optimizer.make_schedule(_config(schedule=kind, num_train_steps=0), model_dim=64)
+
+
 def _config(**overrides):
     from transformer_jax.training import training_defaults
 
@@ -102,7 +123,7 @@ def test_clipped_adam_matches_a_float64_reference_over_two_steps():
 
 def test_unknown_schedule_names_the_choices():
     with pytest.raises(ValueError, match="paper"):
-        optimizer.make_schedule(ml_collections.ConfigDict({"schedule": "cosine"}), 8)
+        optimizer.make_schedule(ml_collections.ConfigDict({"schedule": "exponential"}), 8)
 
 
 def reference_smoothed_ce_grad(logits, targets, eps, g_loss):

@@ -58,12 +58,15 @@ def test_read_sentences_from_args_file_and_stdin(tmp_path):
 @needs_corpus
 def test_translate_workdir_lines_messages_and_attention_plot(workdir, tmp_path):
     plot = tmp_path / "att.png"
-    long = " ".join(["go"] * 20)
+    long = " ".join(["go"] * 30)  # 31 tokens with <eos>, beyond the training limit 24
     lines = translate_workdir(workdir, ["Go.", "", "i lost .", long], attention_plot=plot)
     assert lines[0].startswith("go . => ")  # the book's preprocessing was applied
     assert lines[1] == "[1] <empty input: nothing to translate>"
     assert lines[2].startswith("i lost . => ")
-    assert lines[3].endswith("(input of 21 tokens truncated to 10)")
+    assert lines[3].startswith(f"{long} => ")
+    assert lines[3].endswith(
+        "(input of 31 tokens, longer than the training limit 24: translated whole)"
+    )
     assert lines[4] == f"Attention of 'go .' written to {plot}"
     assert plot.stat().st_size > 1000
     beam = translate_workdir(workdir, ["go ."], beam_size=3)
@@ -77,6 +80,9 @@ def test_evaluate_workdir_writes_a_consistent_report(workdir):
     saved = json.loads((workdir / REPORT_JSON).read_text())
     assert saved["bleu"] == pytest.approx(report["bleu"])
     assert report["step"] == 4 and report["num_sentences"] == 24
+    assert "24 of 8,491, evenly spaced" in report["split"]
+    assert report["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert sum(row["count"] for row in report["bleu_by_length"]) == 24
     # The corpus BLEU is sacrebleu's on the detokenised samples.
     hyps = [detokenize_book(s["translation"]) for s in report["samples"]]
     refs = [detokenize_book(s["reference"]) for s in report["samples"]]
@@ -85,9 +91,22 @@ def test_evaluate_workdir_writes_a_consistent_report(workdir):
         assert report[key] >= 0.0, key
     assert 0 < report["loss"] < 20 and report["decode_tokens_per_sec"] > 0
     markdown = (workdir / REPORT_MD).read_text()
-    assert "| BLEU (sacrebleu, detokenised) |" in markdown
+    assert "| BLEU (sacreBLEU, detokenised) |" in markdown
+    assert "## BLEU by source length" in markdown and "| 16+ |" in markdown
     assert report["samples"][0]["source"] in markdown
     assert (workdir / CURVES_PNG).stat().st_size > 1000
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_evaluate_scores_the_whole_test_split_by_default(workdir):
+    """8,491 pairs; the length table's rows add up to the split (every source has a word)."""
+    report = evaluate_workdir(workdir, num_samples=0, write=False)
+    assert report["num_sentences"] == 8491 and "all 8,491" in report["split"]
+    rows = report["bleu_by_length"]
+    assert [r["words"] for r in rows] == ["1-5", "6-10", "11-15", "16+"]
+    assert sum(r["count"] for r in rows) == 8491
+    assert all(r["count"] > 0 for r in rows)
 
 
 @pytest.mark.slow  # trains for real (a few steps)

@@ -7,12 +7,14 @@ import pytest
 from tests.test_decoding_model import random_params
 from transformer_jax.decoding import (
     DecodingWarning,
+    SourceTooLongError,
     attention_weights,
-    decode_ids,
     encode_sources,
     greedy_decode,
+    output_budget,
     source_ids,
     translate,
+    translate_detailed,
 )
 from transformer_jax.nn import ModelConfig
 
@@ -63,7 +65,7 @@ def model():
 
 
 def test_unknown_words_map_to_unk_and_eos_is_appended():
-    assert source_ids(SRC, "go zzz .", 16) == [4, 3, 11, 2]
+    assert source_ids(SRC, "go zzz .") == [4, 3, 11, 2]
 
 
 def test_translate_equals_decoding_each_sentence_alone(model):
@@ -73,7 +75,7 @@ def test_translate_equals_decoding_each_sentence_alone(model):
     got = translate(cfg, params, SRC, TGT, sentences, batch_size=2, max_decode_len=8)
     assert len(got) == len(sentences)
     for sentence, text in zip(sentences, got, strict=True):
-        ids = source_ids(SRC, sentence, cfg.max_len)
+        ids = source_ids(SRC, sentence)
         src = jnp.asarray([ids], jnp.int32)
         alone = greedy_decode(cfg, params, src, jnp.asarray([len(ids)]), max_decode_len=8)
         assert text == TGT.decode(np.asarray(alone)[0].tolist())
@@ -99,35 +101,61 @@ def test_empty_sentence_gets_a_message_not_a_crash(model):
         assert translate(cfg, params, SRC, TGT, [""], max_decode_len=8) == [""]
 
 
-def test_overlong_source_is_truncated_with_a_warning(model):
+def test_long_source_is_translated_whole_with_a_warning(model):
+    """Beyond the training limit (and beyond model.max_len = 16 of a sinusoidal model), the
+    whole source is encoded: the translation equals decoding all 31 ids, not the first 16."""
     cfg, params = model
-    long = " ".join(["go"] * 30)  # 31 ids with <eos> > max_len 16
-    with pytest.warns(DecodingWarning, match="31 tokens with <eos>, more than the limit 16"):
-        ids = source_ids(SRC, long, cfg.max_len)
-    assert ids == [4] * 16
-    with pytest.warns(DecodingWarning, match="limit 16"):
-        out = translate(cfg, params, SRC, TGT, [long], max_decode_len=8)
-    (kept,) = decode_ids(cfg, params, [[4] * 16], max_decode_len=8)  # the first 16 ids
-    assert out == [TGT.decode(kept.tolist())]
-    with pytest.warns(DecodingWarning, match="limit 5"):
-        translate(cfg, params, SRC, TGT, ["go go go go go ."], max_decode_len=8, max_src_len=5)
+    long = " ".join(["go", "home"] * 15)  # 31 ids with <eos>
+    ids = source_ids(SRC, long)
+    assert len(ids) == 31 and ids[-1] == 2
+    with pytest.warns(DecodingWarning, match="31 tokens with <eos>, more than the longest the "):
+        out = translate_detailed(cfg, params, SRC, TGT, [long], max_decode_len=8, trained_len=16)
+    assert out.sources.ids == [ids] and out.sources.long == {0: 31}  # encoded whole
+    alone = greedy_decode(cfg, params, jnp.asarray([ids]), jnp.asarray([31]), max_decode_len=8)
+    np.testing.assert_array_equal(out.tokens[0], np.asarray(alone)[0])
+
+
+def test_learned_positions_give_a_clear_error_naming_the_limit(model):
+    cfg, _ = model
+    learned = cfg.replace(positional="learned")
+    params = random_params(learned, seed=3)
+    long = " ".join(["go"] * 20)  # 21 ids > 16 rows
+    with pytest.raises(SourceTooLongError, match=r"#1 \(21 tokens\).*model.max_len=16"):
+        translate(learned, params, SRC, TGT, ["go .", long], max_decode_len=8)
+    assert translate(learned, params, SRC, TGT, ["go ."], max_decode_len=8)  # within: fine
+
+
+def test_output_budget_follows_the_source_length(model):
+    """a·S + b rounded up to 8, or max_decode_len; a long source gets a long budget."""
+    assert output_budget(5, max_len_a=2.0, max_len_b=10) == 24  # 20 -> 24
+    assert output_budget(40, max_len_a=1.5, max_len_b=10) == 72  # 70 -> 72
+    assert output_budget(40, max_decode_len=9) == 9
+    assert output_budget(40, max_len_a=2.0, max_len_b=10, position_limit=64) == 64
+    cfg, params = model
+    short, long = "go .", " ".join(["go", "home"] * 15)
+    out = translate_detailed(
+        cfg, params, SRC, TGT, [short, long], max_len_a=2.0, max_len_b=10, batch_size=1
+    )
+    # Each sorted batch of one: budgets 16 (2·3 + 10) and 72 (2·31 + 10 -> 72).
+    assert [len(t) for t in out.tokens] == [16, 72]
 
 
 def test_many_bad_inputs_give_one_summary_warning_each():
     sentences = ["", "go .", " ".join(["go"] * 20), "  ", " ".join(["i"] * 17)]
     with pytest.warns(DecodingWarning) as record:
-        encoded = encode_sources(SRC, sentences, 16)
+        encoded = encode_sources(SRC, sentences, trained_len=16)
     messages = [str(w.message) for w in record]
     assert len(messages) == 2
     assert "2 sentences: #0, #3 are empty" in messages[0]
-    assert "Sentence #2 has 21 tokens with <eos>, more than the limit 16 and 1 more" in messages[1]
-    assert encoded.truncated == {2: 21, 4: 18} and encoded.empty == [0, 3]
-    assert [len(x) for x in encoded.ids] == [0, 3, 16, 0, 16]
+    assert "Sentence #2 has 21 tokens with <eos>, more than the longest" in messages[1]
+    assert "trained on (16) and 1 more" in messages[1]
+    assert encoded.long == {2: 21, 4: 18} and encoded.empty == [0, 3]
+    assert [len(x) for x in encoded.ids] == [0, 3, 21, 0, 18]  # nothing cut
 
 
 def test_attention_weights_are_trimmed_to_real_tokens(model):
     cfg, params = model
-    src = source_ids(SRC, "i lost .", cfg.max_len)  # 4 ids
+    src = source_ids(SRC, "i lost .")  # 4 ids
     tgt = TGT.encode("j'ai perdu .")  # decoder reads <bos> + 3
     maps = attention_weights(cfg, params, src, tgt)
     assert maps.encoder_self.shape == (1, 4, 4, 4)

@@ -17,7 +17,7 @@ from transformer_jax.data.encoding import BATCH_KEYS, EncodedPairs, encode_pairs
 from transformer_jax.data.pipeline import InputPipeline, create_input_pipeline
 from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from transformer_jax.data.sources import load_split_pairs, split_sizes
+from transformer_jax.data.sources import load_split_pairs, split_sizes, spread_subset
 from transformer_jax.data.tokenizers import (
     Tokenizer,
     VocabularyMismatchError,
@@ -62,5 +62,6 @@ __all__ = [
     "resolve_boundaries",
     "save_tokenizers",
     "split_sizes",
+    "spread_subset",
     "validate_data_config",
 ]

@@ -9,6 +9,10 @@ B_dev = global_batch / (process_count * D):
 Multi-host: every process computes the same global order from the seed and takes its own
 contiguous slice of each global batch, so the union over processes is exactly the global
 batch, and 2 processes x 1 device see what 1 process x 2 devices sees.
+
+A batch with fewer real examples than rows (the eval tail, or a kept last partial train batch)
+is filled with dummy rows of zero `tgt_weight`: the shapes stay fixed (no recompilation), and
+the token-weighted loss (training/losses.py) neither sums nor counts them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,16 @@ from transformer_jax.data.encoding import EncodedPairs, make_batch, shard_for_de
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
 
 _STATE_VERSION = 1
+_DUMMY = -1  # index of a dummy row in an epoch plan
+# What must match for a saved position to mean the same batches.
+_STATE_KEYS = (
+    "version",
+    "seed",
+    "num_examples",
+    "global_batch",
+    "bucket_boundaries",
+    "drop_remainder",
+)
 
 
 def _check_layout(global_batch: int, num_devices: int, process_index: int, process_count: int):
@@ -37,6 +51,34 @@ def _check_layout(global_batch: int, num_devices: int, process_index: int, proce
     return global_batch // process_count
 
 
+def _fill_dummies(batch: dict[str, np.ndarray], real: np.ndarray) -> None:
+    """Turns the rows where `real` (B,) is False into dummies of zero weight, in place.
+
+    Dummies have src = <eos>, src_len 1, tgt_in = <bos>: no row is fully masked, so attention
+    never normalises over nothing.
+    """
+    batch["src"][~real] = 0
+    batch["src"][~real, 0] = EOS_ID
+    batch["src_len"][~real] = 1
+    batch["tgt_in"][~real] = 0
+    batch["tgt_in"][~real, 0] = BOS_ID
+    batch["tgt_out"][~real] = 0
+    batch["tgt_weight"][~real] = 0.0
+
+
+def _chunks(indices: np.ndarray, size: int, drop_remainder: bool) -> list[np.ndarray]:
+    """`indices` cut into chunks of `size`; a short last chunk is dropped, or padded with
+    `_DUMMY` to `size` (kept like the book's `d2l.load_array`, a PyTorch DataLoader with
+    drop_last=False, which the fra-eng loader of d2l §11.7.5 trains on)."""
+    full = len(indices) // size * size
+    chunks = list(indices[:full].reshape(-1, size))
+    if not drop_remainder and full < len(indices):
+        tail = np.full(size, _DUMMY, indices.dtype)
+        tail[: len(indices) - full] = indices[full:]
+        chunks.append(tail)
+    return chunks
+
+
 class TrainIterator:
     """Infinite iterator over epochs of training batches; see the module docstring for shapes.
 
@@ -45,8 +87,11 @@ class TrainIterator:
     Without bucketing, consecutive chunks of the permutation are batches padded to the maximum
     lengths. With bucketing, the permuted examples are grouped by bucket, chunked, the leftovers
     of all buckets chunked together (padded to their largest bucket), and the batch order is
-    shuffled. Examples that do not fill a last global batch are dropped for that epoch only
-    (a different subset each epoch), which keeps every shape fixed.
+    shuffled. With `drop_remainder` (the default), examples that do not fill a last global
+    batch are dropped for that epoch only (a different subset each epoch). Without it, they
+    form one last batch whose missing rows are dummies of zero weight (see the module
+    docstring), so every example is seen once per epoch, as with the book's DataLoader
+    (shuffle=True, drop_last=False): ceil(N / global_batch) batches an epoch.
     """
 
     def __init__(
@@ -59,18 +104,21 @@ class TrainIterator:
         process_count: int = 1,
         seed: int = 0,
         bucket_boundaries: Sequence[int] | None = None,
+        drop_remainder: bool = True,
     ):
         self._process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
-        if len(encoded) < global_batch:
+        if len(encoded) < (global_batch if drop_remainder else 1):
             raise ValueError(
                 f"the training split has {len(encoded)} examples, fewer than one global batch "
-                f"({global_batch}); lower data.batch_size or use a larger data.train_split."
+                f"({global_batch}); lower data.batch_size, use a larger data.train_split, or "
+                "set data.drop_remainder=False to train on one partial batch."
             )
         self._encoded = encoded
         self._global_batch = global_batch
         self._num_devices = num_devices
         self._process_index = process_index
         self._seed = int(seed)
+        self._drop_remainder = bool(drop_remainder)
         self._max_src = encoded.src.shape[1]
         self._max_tgt = encoded.tgt.shape[1]
         self._boundaries = tuple(bucket_boundaries) if bucket_boundaries else None
@@ -84,13 +132,13 @@ class TrainIterator:
     # -- epoch plans --------------------------------------------------------------------------
 
     def _epoch_plan(self, epoch: int) -> list[tuple[np.ndarray, int]]:
-        """[(global indices (global_batch,), padded length)] for one epoch."""
+        """[(global indices (global_batch,), padded length)] for one epoch; `_DUMMY` marks the
+        dummy rows of a kept last partial batch."""
         rng = np.random.default_rng([self._seed, epoch])
         order = rng.permutation(len(self._encoded))
         gb = self._global_batch
         if self._boundaries is None:
-            full = len(order) // gb * gb
-            return [(chunk, -1) for chunk in order[:full].reshape(-1, gb)]
+            return [(chunk, -1) for chunk in _chunks(order, gb, self._drop_remainder)]
         plan, leftovers = [], []
         buckets = self._buckets[order]
         for b in range(len(self._boundaries)):
@@ -99,9 +147,8 @@ class TrainIterator:
             plan.extend((chunk, b) for chunk in members[:full].reshape(-1, gb))
             leftovers.append(members[full:])
         rest = np.concatenate(leftovers)  # grouped by bucket: neighbours have similar lengths
-        full = len(rest) // gb * gb
-        for chunk in rest[:full].reshape(-1, gb):
-            plan.append((chunk, int(self._buckets[chunk].max())))
+        for chunk in _chunks(rest, gb, self._drop_remainder):
+            plan.append((chunk, int(self._buckets[chunk[chunk != _DUMMY]].max())))
         return [plan[i] for i in rng.permutation(len(plan))]
 
     def _widths(self, bucket: int) -> tuple[int, int]:
@@ -135,7 +182,10 @@ class TrainIterator:
         self._position += 1
         start = self._process_index * self._process_batch
         mine = indices[start : start + self._process_batch]
-        batch = make_batch(self._encoded, mine, *self._widths(bucket))
+        real = mine != _DUMMY
+        batch = make_batch(self._encoded, np.where(real, mine, 0), *self._widths(bucket))
+        if not real.all():
+            _fill_dummies(batch, real)
         return shard_for_devices(batch, self._num_devices)
 
     def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
@@ -158,12 +208,15 @@ class TrainIterator:
             "num_examples": len(self._encoded),
             "global_batch": self._global_batch,
             "bucket_boundaries": list(self._boundaries) if self._boundaries else None,
+            "drop_remainder": self._drop_remainder,
         }
 
     def set_state(self, state: dict) -> None:
         """Restores `get_state()`; refuses a state from a different data setup."""
         mine = self.get_state()
-        for key in ("version", "seed", "num_examples", "global_batch", "bucket_boundaries"):
+        # States saved before the option existed always dropped the remainder.
+        state = {"drop_remainder": True, **state}
+        for key in _STATE_KEYS:
             if state.get(key) != mine[key]:
                 raise ValueError(
                     f"iterator state was saved with {key}={state.get(key)!r} but this pipeline "
@@ -189,11 +242,10 @@ def eval_batches(
 ) -> Iterator[dict[str, np.ndarray]]:
     """Batches over all examples in stored order, always padded to the maximum lengths.
 
-    The last batch is filled with dummy examples of zero weight, so every real example counts
-    exactly once and every batch has the same shape. Besides the train keys, an `index` int32
-    (D, B_dev) gives each row's example index (-1 for the dummies), to pair outputs with
-    references (e.g. for BLEU). Dummies have src = <eos>, src_len 1, tgt_in = <bos>: no row is
-    fully masked, so attention never normalises over nothing.
+    The last batch is filled with dummy examples of zero weight (`_fill_dummies`), so every
+    real example counts exactly once and every batch has the same shape. Besides the train
+    keys, an `index` int32 (D, B_dev) gives each row's example index (-1 for the dummies), to
+    pair outputs with references (e.g. for BLEU).
     """
     process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
     n = len(encoded)
@@ -205,12 +257,6 @@ def eval_batches(
         index = index[start : start + process_batch]
         real = index < n
         batch = make_batch(encoded, np.where(real, index, 0), src_width, tgt_width)
-        batch["src"][~real] = 0
-        batch["src"][~real, 0] = EOS_ID
-        batch["src_len"][~real] = 1
-        batch["tgt_in"][~real] = 0
-        batch["tgt_in"][~real, 0] = BOS_ID
-        batch["tgt_out"][~real] = 0
-        batch["tgt_weight"][~real] = 0.0
+        _fill_dummies(batch, real)
         batch["index"] = np.where(real, index, -1).astype(np.int32)
         yield shard_for_devices(batch, num_devices)

@@ -1,7 +1,9 @@
 """Sentence pairs -> fixed-width id arrays, and arrays -> model-ready batches.
 
-Follows d2l "Machine Translation and the Dataset": each sequence gets `<eos>` appended, then
-is truncated/padded to `num_steps` (`truncate_pad`); the valid length counts non-pad tokens.
+Follows d2l "Machine Translation and the Dataset": each sequence gets `<eos>` appended and is
+padded to a fixed width; the valid length counts non-pad tokens. A pair longer than the
+limits is skipped whole (the default: a translator learns from whole sentences) or, for the
+book's setting, truncated to `num_steps` (`truncate_pad`).
 Training (d2l `train_seq2seq`) feeds the decoder `<bos>` + target shifted right and masks the
 loss on padding; here that mask is the per-token weight `tgt_weight`.
 """
@@ -19,21 +21,42 @@ from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 BATCH_KEYS = ("src", "src_len", "tgt_in", "tgt_out", "tgt_weight")
 
 
+LONG_PAIRS = ("skip", "truncate")
+
+
 @dataclasses.dataclass(frozen=True)
 class EncodedPairs:
     """N encoded pairs, padded to the maximum lengths.
 
-    src: int32 (N, S_max), tokens + <eos>, truncated, PAD_ID after.  src_len: int32 (N,).
+    src: int32 (N, S_max), tokens + <eos>, PAD_ID after.  src_len: int32 (N,).
     tgt: int32 (N, T_max), likewise for the target (this is the decoder *output*).  tgt_len: (N,).
+    index: int32 (N,), each row's position in the list of pairs that was encoded (rows of
+      skipped pairs are absent); None means row i is pair i.
+    num_skipped: pairs left out because a side was longer than its limit.
     """
 
     src: np.ndarray
     src_len: np.ndarray
     tgt: np.ndarray
     tgt_len: np.ndarray
+    index: np.ndarray | None = None
+    num_skipped: int = 0
 
     def __len__(self) -> int:
         return len(self.src_len)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedPairs:
+    """Token ids + <eos> of every pair, untruncated, and their lengths src_len / tgt_len (N,)."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    src_len: np.ndarray
+    tgt_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
 
 
 def truncate_pad(ids: Sequence[int], max_len: int) -> tuple[np.ndarray, int]:
@@ -44,23 +67,56 @@ def truncate_pad(ids: Sequence[int], max_len: int) -> tuple[np.ndarray, int]:
     return out, len(seq)
 
 
+def tokenize_pairs(
+    pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer
+) -> TokenizedPairs:
+    """Every pair tokenised once, `<eos>` appended, nothing cut."""
+    src = [list(src_tokenizer.encode(s)) + [EOS_ID] for s, _ in pairs]
+    tgt = [list(tgt_tokenizer.encode(t)) + [EOS_ID] for _, t in pairs]
+    lengths = lambda rows: np.fromiter(map(len, rows), np.int32, len(rows))
+    return TokenizedPairs(src, tgt, lengths(src), lengths(tgt))
+
+
+def pack_pairs(
+    tokenized: TokenizedPairs, max_src_len: int, max_tgt_len: int, long_pairs: str = "skip"
+) -> EncodedPairs:
+    """Tokenised pairs -> fixed-width arrays, whole pairs only or the book's truncation.
+
+    long_pairs="skip": a pair with more than `max_src_len` source or `max_tgt_len` target
+      tokens (with `<eos>`) is left out and counted in `num_skipped`; every kept pair is whole.
+    long_pairs="truncate": d2l's `truncate_pad` (§10.5): every pair is kept, each side cut to
+      its limit (which may cut off `<eos>`).
+    """
+    if long_pairs not in LONG_PAIRS:
+        raise ValueError(f"long_pairs={long_pairs!r}; choose one of {LONG_PAIRS}.")
+    if long_pairs == "skip":
+        keep = (tokenized.src_len <= max_src_len) & (tokenized.tgt_len <= max_tgt_len)
+        index = np.flatnonzero(keep).astype(np.int32)
+    else:
+        index = np.arange(len(tokenized), dtype=np.int32)
+    n = len(index)
+    src = np.full((n, max_src_len), PAD_ID, np.int32)
+    tgt = np.full((n, max_tgt_len), PAD_ID, np.int32)
+    src_len = np.zeros(n, np.int32)
+    tgt_len = np.zeros(n, np.int32)
+    for row, i in enumerate(index):
+        s, t = tokenized.src[i][:max_src_len], tokenized.tgt[i][:max_tgt_len]
+        src[row, : len(s)], src_len[row] = s, len(s)
+        tgt[row, : len(t)], tgt_len[row] = t, len(t)
+    return EncodedPairs(src, src_len, tgt, tgt_len, index, len(tokenized) - n)
+
+
 def encode_pairs(
     pairs: Sequence[tuple[str, str]],
     src_tokenizer: Tokenizer,
     tgt_tokenizer: Tokenizer,
     max_src_len: int,
     max_tgt_len: int,
+    long_pairs: str = "truncate",
 ) -> EncodedPairs:
-    """Encodes every pair once; batches are then cheap numpy gathers."""
-    n = len(pairs)
-    src = np.full((n, max_src_len), PAD_ID, np.int32)
-    tgt = np.full((n, max_tgt_len), PAD_ID, np.int32)
-    src_len = np.zeros(n, np.int32)
-    tgt_len = np.zeros(n, np.int32)
-    for i, (source, target) in enumerate(pairs):
-        src[i], src_len[i] = truncate_pad(src_tokenizer.encode(source), max_src_len)
-        tgt[i], tgt_len[i] = truncate_pad(tgt_tokenizer.encode(target), max_tgt_len)
-    return EncodedPairs(src, src_len, tgt, tgt_len)
+    """Encodes every pair once (see `pack_pairs`); batches are then cheap numpy gathers."""
+    tokenized = tokenize_pairs(pairs, src_tokenizer, tgt_tokenizer)
+    return pack_pairs(tokenized, max_src_len, max_tgt_len, long_pairs)
 
 
 def make_batch(

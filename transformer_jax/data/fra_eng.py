@@ -4,7 +4,8 @@ Splits:
   train / validation / test: by a hash of the preprocessed English sentence (see splitting.py),
     so alternative translations of one sentence never straddle splits.
   full: every well-formed pair in file order, for the book's `load_data_nmt(num_examples=600)`
-    parity mode (`train_split="full[:600]"`). Order is preserved by `disable_shuffling`.
+    parity mode (`train_split="full[:601]"`: it keeps lines 0..600). Order is preserved by
+    `disable_shuffling`.
 
 Features: `en`, `fr`, preprocessed as in the book. (Example keys are line numbers in fra.txt.)
 Build stats (malformed-line counts by reason, split sizes, the zip's sha256) are logged and kept

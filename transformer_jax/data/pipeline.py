@@ -10,9 +10,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import batching, bucketing, sources
+from transformer_jax.data import batching, bucketing, lengths, sources
 from transformer_jax.data.config import validate_data_config
-from transformer_jax.data.encoding import EncodedPairs, encode_pairs
+from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 
 
@@ -20,8 +20,10 @@ from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 class InputPipeline:
     """Tokenizers, a resumable train iterator, and eval/test data.
 
-    `eval_pairs` / `test_pairs` are the raw (preprocessed) text pairs in the same order as the
-    batches' `index`, for BLEU against untokenized references.
+    `eval_pairs` / `test_pairs` are the raw (preprocessed) text pairs, all of them (BLEU
+    translates every sentence); `eval_encoded` / `test_encoded` hold those within the length
+    limits (teacher-forced loss needs fixed widths), and their `index` maps rows back to pairs.
+    `split_sizes` counts the pairs of each split, the selected ones and the skipped ones.
     """
 
     train_iter: batching.TrainIterator
@@ -32,6 +34,7 @@ class InputPipeline:
     eval_encoded: EncodedPairs
     test_encoded: EncodedPairs
     split_sizes: dict[str, int]
+    train_lengths: lengths.LengthStats
     num_devices: int
     process_index: int
     process_count: int
@@ -69,13 +72,28 @@ def create_input_pipeline(
     train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
     eval_pairs = sources.load_split_pairs(cfg, cfg.eval_split)
     test_pairs = sources.load_split_pairs(cfg, cfg.test_split)
-    if cfg.num_eval_examples:
-        eval_pairs = eval_pairs[: cfg.num_eval_examples]
+    # Evenly spaced, not the first n: fra-eng's splits are stored shortest first.
+    eval_pairs = sources.spread_subset(eval_pairs, cfg.num_eval_examples)
     cache_dir = Path(cache_dir) if cache_dir is not None else Path(cfg.data_dir) / "tokenizers"
     src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
 
     def encode(pairs):
-        return encode_pairs(pairs, src_tok, tgt_tok, cfg.max_src_len, cfg.max_tgt_len)
+        tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
+        encoded = pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
+        return tokenized, encoded
+
+    train_tokens, train_encoded = encode(train_pairs)
+    stats = lengths.length_stats(
+        train_tokens.src_len, train_tokens.tgt_len, cfg.max_src_len, cfg.max_tgt_len
+    )
+    for line in lengths.format_stats(stats, split="train", long_pairs=cfg.long_pairs):
+        logging.info("Data: %s", line)
+    warning = lengths.coverage_warning(stats)
+    if warning:
+        logging.warning("Data: %s", warning)
+    del train_tokens  # the lists of ids are large; the packed arrays are what batches read
+    _, eval_encoded = encode(eval_pairs)
+    _, test_encoded = encode(test_pairs)
 
     boundaries = None
     if cfg.bucketing:
@@ -83,13 +101,14 @@ def create_input_pipeline(
             cfg.bucket_boundaries, cfg.bucket_step, cfg.max_src_len, cfg.max_tgt_len
         )
     train_iter = batching.TrainIterator(
-        encode(train_pairs),
+        train_encoded,
         global_batch=cfg.batch_size,
         num_devices=num_devices,
         process_index=process_index,
         process_count=process_count,
         seed=cfg.shuffle_seed,
         bucket_boundaries=boundaries,
+        drop_remainder=cfg.drop_remainder,
     )
     sizes = sources.split_sizes(cfg)
     sizes.update(
@@ -97,6 +116,11 @@ def create_input_pipeline(
             "selected_train": len(train_pairs),
             "selected_eval": len(eval_pairs),
             "selected_test": len(test_pairs),
+            # Pairs beyond data.max_src_len / max_tgt_len (long_pairs="skip"): never trained
+            # on, and left out of the teacher-forced eval loss (BLEU still translates them).
+            "skipped_train": train_encoded.num_skipped,
+            "skipped_eval": eval_encoded.num_skipped,
+            "skipped_test": test_encoded.num_skipped,
         }
     )
     logging.info(
@@ -108,15 +132,28 @@ def create_input_pipeline(
         cfg.tokenizer,
         boundaries,
     )
+    if cfg.long_pairs == "skip":
+        logging.info(
+            "Data: skipped %d of %d training pairs longer than %d source / %d target tokens "
+            "(never cut); %d validation and %d test pairs are left out of the teacher-forced "
+            "loss only",
+            train_encoded.num_skipped,
+            len(train_pairs),
+            cfg.max_src_len,
+            cfg.max_tgt_len,
+            eval_encoded.num_skipped,
+            test_encoded.num_skipped,
+        )
     return InputPipeline(
         train_iter=train_iter,
         src_tokenizer=src_tok,
         tgt_tokenizer=tgt_tok,
         eval_pairs=eval_pairs,
         test_pairs=test_pairs,
-        eval_encoded=encode(eval_pairs),
-        test_encoded=encode(test_pairs),
+        eval_encoded=eval_encoded,
+        test_encoded=test_encoded,
         split_sizes=sizes,
+        train_lengths=stats,
         num_devices=num_devices,
         process_index=process_index,
         process_count=process_count,

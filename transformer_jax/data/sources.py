@@ -7,9 +7,12 @@ whose features `source_lang` / `target_lang` hold the two sides (e.g. "wmt14_tra
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import ml_collections
+import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
@@ -29,6 +32,8 @@ def fra_eng_builder(cfg: ml_collections.ConfigDict) -> fra_eng.FraEng:
         known_digests=known,
     )
 
+
+T = TypeVar("T")
 
 _RAW = tfds.decode.DeserializeMethod.RAW_BYTES
 
@@ -120,6 +125,21 @@ def load_split_pairs(cfg: ml_collections.ConfigDict, split: str) -> list[tuple[s
         src, tgt = (_text(record[key]) for key in keys)
         pairs.append(preprocessing.preprocess_pair(src, tgt, book_style=cfg.book_preprocessing))
     return pairs
+
+
+def spread_subset(items: Sequence[T], n: int) -> list[T]:
+    """n items evenly spaced over `items` (all of them if n is 0 or >= len), order kept.
+
+    fra-eng's file, and so every split in stored order, runs from the shortest sentences to
+    the longest: its first n pairs are the n shortest. An evenly spaced subset has the
+    split's length distribution, and is the same every time (no seed involved).
+    """
+    if n < 0:
+        raise ValueError(f"subset size must be >= 0, got {n}.")
+    if not n or n >= len(items):
+        return list(items)
+    picks = np.unique(np.linspace(0, len(items) - 1, n).round().astype(np.int64))
+    return [items[i] for i in picks]
 
 
 def split_sizes(cfg: ml_collections.ConfigDict) -> dict[str, int]:

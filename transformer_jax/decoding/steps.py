@@ -19,13 +19,15 @@ Array = jnp.ndarray
 
 
 def check_decode_len(config: ModelConfig, max_decode_len: int) -> None:
-    """Raise if L generated tokens would need positions beyond `config.max_len`."""
+    """Raise if L generated tokens would need positions beyond a learned position table."""
     if not isinstance(max_decode_len, int) or max_decode_len < 1:
         raise ValueError(f"max_decode_len must be an integer >= 1, got {max_decode_len!r}.")
-    if max_decode_len > config.max_len:
+    limit = config.position_limit
+    if limit is not None and max_decode_len > limit:
         raise ValueError(
-            f"max_decode_len={max_decode_len} exceeds model.max_len={config.max_len}: the "
-            "decoder has no positions beyond it. Lower max_decode_len."
+            f"max_decode_len={max_decode_len} exceeds the learned position table "
+            f"(model.max_len={limit}): the decoder has no positions beyond it. Lower "
+            "max_decode_len."
         )
 
 

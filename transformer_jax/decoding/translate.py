@@ -2,15 +2,22 @@
 
     translate(model_config, params, src_tokenizer, tgt_tokenizer, ["go .", "i lost ."])
 
-Sources are `tokenizer.encode(text) + [<eos>]`, as in training (d2l §9.5 `build_array_nmt`);
-words outside the vocabulary become `<unk>` in the tokenizer. Sentences are sorted by length
-so a batch holds similar lengths, padded to a few fixed shapes (one compilation each), and
-returned in the input order.
+This is the one inference path: the train loop's BLEU, `evaluation.report` and the translate
+command all call `translate` / `translate_detailed`.
+
+Sources are `tokenizer.encode(text) + [<eos>]`, as in training (d2l §9.5 `build_array_nmt`),
+and are never cut: a sentence longer than any the model was trained on is translated whole
+(with a warning), and only a model with a learned position table has a hard limit (a clear
+error). The output budget follows the source, as fairseq's `--max-len-a/b`: at most
+`max_len_a · S + max_len_b` tokens, S the longest source of the batch. Sentences are sorted
+by length so a batch holds similar lengths, padded to a few fixed shapes (one compilation
+each), and returned in the input order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -20,13 +27,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from transformer_jax.data.vocab import BOS_ID, EOS_ID
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decoding import model_decode
 from transformer_jax.nn import ModelConfig, Transformer
 
-# Source widths are padded up to a multiple of this, so few shapes are ever compiled.
+# Source widths and output budgets are rounded up to a multiple of this: few compilations.
 LENGTH_BUCKET = 8
 EMPTY_MESSAGE = "<empty input: nothing to translate>"
+# fairseq-style output budget a·S + b; training configs set their own (`eval.max_len_a/b`).
+DEFAULT_MAX_LEN_A = 2.0
+DEFAULT_MAX_LEN_B = 10
 
 
 class Tokenizer(Protocol):
@@ -38,41 +48,62 @@ class Tokenizer(Protocol):
 
 
 class DecodingWarning(UserWarning):
-    """An input was changed to be decodable (truncated), or could not be decoded (empty)."""
+    """An input is longer than the model was trained on (still translated), or is empty."""
+
+
+class SourceTooLongError(ValueError):
+    """A source needs more positions than a learned position table has."""
 
 
 @dataclasses.dataclass
 class EncodedSources:
-    """Source ids (tokens + `<eos>`, truncated; [] for an empty sentence) and what was changed.
+    """Source ids (tokens + `<eos>`, whole; [] for an empty sentence) and what to report.
 
-    truncated: {sentence index: its length with `<eos>` before truncation}; empty: indices.
+    long: {sentence index: its length with `<eos>`} for sources longer than the length the
+      model was trained on (translated whole anyway); empty: indices of empty sentences.
     """
 
     ids: list[list[int]]
-    truncated: dict[int, int]
+    long: dict[int, int]
     empty: list[int]
 
 
 def encode_sources(
-    tokenizer: Tokenizer, sentences: Sequence[str], max_len: int, *, warn: bool = True
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    *,
+    trained_len: int | None = None,
+    position_limit: int | None = None,
+    warn: bool = True,
 ) -> EncodedSources:
-    """Token ids + `<eos>` per sentence, truncated to `max_len` ids; [] for an empty sentence.
+    """Token ids + `<eos>` per sentence, never cut; [] for an empty sentence.
 
-    Truncation keeps the first `max_len` ids, as the book's `truncate_pad` does in training.
-    With `warn`, one `DecodingWarning` names the empty sentences and one the truncated ones
-    (a summary, not one warning per sentence, so a test split does not flood the log).
+    trained_len: the longest source (with `<eos>`) seen in training; a longer one is
+      translated whole and reported in `long` (and one summary `DecodingWarning`).
+    position_limit: a learned position table's rows (`ModelConfig.position_limit`); a
+      longer source cannot be encoded: `SourceTooLongError` names the sentences and the limit.
     """
     out = EncodedSources([], {}, [])
+    too_long: list[tuple[int, int]] = []
     for i, sentence in enumerate(sentences):
         if not sentence.strip():
             out.empty.append(i)
             out.ids.append([])
             continue
         ids = list(tokenizer.encode(sentence)) + [EOS_ID]
-        if len(ids) > max_len:
-            out.truncated[i] = len(ids)
-            ids = ids[:max_len]
+        if position_limit is not None and len(ids) > position_limit:
+            too_long.append((i, len(ids)))
+        elif trained_len is not None and len(ids) > trained_len:
+            out.long[i] = len(ids)
         out.ids.append(ids)
+    if too_long:
+        which = ", ".join(f"#{i} ({n} tokens)" for i, n in too_long[:5])
+        more = f" and {len(too_long) - 5} more" if len(too_long) > 5 else ""
+        raise SourceTooLongError(
+            f"Sentence {which}{more} is longer than this model's learned position table "
+            f"(model.max_len={position_limit} tokens with <eos>): it cannot be encoded. Split "
+            "the sentence, or train with a larger model.max_len or sinusoidal positions."
+        )
     if warn and out.empty:
         which = ", ".join(f"#{i}" for i in out.empty[:10])
         noun = "Sentence" if len(out.empty) == 1 else f"{len(out.empty)} sentences:"
@@ -82,26 +113,42 @@ def encode_sources(
             DecodingWarning,
             2,
         )
-    if warn and out.truncated:
-        (first, n), count = next(iter(out.truncated.items())), len(out.truncated)
+    if warn and out.long:
+        (first, n), count = next(iter(out.long.items())), len(out.long)
         more = f" and {count - 1} more" if count > 1 else ""
         warnings.warn(
-            f"Sentence #{first} has {n} tokens with <eos>, more than the limit {max_len}{more}; "
-            f"decoding only the first {max_len} ({sentences[first][:40]!r}...).",
+            f"Sentence #{first} has {n} tokens with <eos>, more than the longest the model was "
+            f"trained on ({trained_len}){more}; translating it whole, but quality may drop "
+            f"({sentences[first][:40]!r}...).",
             DecodingWarning,
             2,
         )
     return out
 
 
-def source_ids(tokenizer: Tokenizer, sentence: str, max_len: int) -> list[int]:
-    """`encode_sources` of one sentence: ids + `<eos>`, truncated with a warning; [] if empty."""
-    return encode_sources(tokenizer, [sentence], max_len).ids[0]
+def source_ids(tokenizer: Tokenizer, sentence: str) -> list[int]:
+    """`encode_sources` of one sentence: ids + `<eos>`, whole; [] if empty."""
+    return encode_sources(tokenizer, [sentence], warn=False).ids[0]
 
 
-def default_max_decode_len(config: ModelConfig, src_width: int) -> int:
-    """Room for a translation twice the (padded) source length plus 10, within model.max_len."""
-    return min(config.max_len, 2 * src_width + 10)
+def output_budget(
+    src_width: int,
+    *,
+    max_len_a: float = DEFAULT_MAX_LEN_A,
+    max_len_b: int = DEFAULT_MAX_LEN_B,
+    max_decode_len: int | None = None,
+    position_limit: int | None = None,
+) -> int:
+    """Most tokens to generate for sources of `src_width` tokens (with `<eos>`).
+
+    `max_decode_len` if given, else ceil(a·S + b) rounded up to a multiple of LENGTH_BUCKET
+    (one compilation per rounded budget); within a learned position table's limit.
+    """
+    if max_decode_len:
+        length = int(max_decode_len)
+    else:
+        length = _round_up(max(1, math.ceil(max_len_a * src_width + max_len_b)), LENGTH_BUCKET)
+    return min(length, position_limit) if position_limit is not None else length
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -132,18 +179,28 @@ def decode_ids(
     *,
     beam_size: int = 1,
     max_decode_len: int | None = None,
+    max_len_a: float = DEFAULT_MAX_LEN_A,
+    max_len_b: int = DEFAULT_MAX_LEN_B,
     batch_size: int = 64,
     alpha: float = 0.6,
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
 
-    Returns one (L,) array per source (the best hypothesis: `<eos>` then `<pad>` at the end).
+    Each batch may generate `output_budget(S)` tokens, S its longest source (see the module
+    docstring). Returns one (L,) array per source (the best hypothesis: `<eos>` then `<pad>`).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     cfg = model_config.replace(deterministic=True, decode=False)
+    limit = cfg.position_limit
+    longest = max(map(len, sources), default=0)
+    if limit is not None and longest > limit:
+        raise SourceTooLongError(
+            f"a source of {longest} tokens is longer than the learned position table "
+            f"(model.max_len={limit})."
+        )
     mesh = model_decode.local_mesh()
     num_devices = mesh.devices.size
     # Once, replicated on every device: not a host-to-device copy per batch.
@@ -153,8 +210,17 @@ def decode_ids(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         rows = [list(sources[i]) for i in chunk]
-        width = min(_round_up(max(map(len, rows)), LENGTH_BUCKET), cfg.max_len)
-        length = max_decode_len or default_max_decode_len(cfg, width)
+        longest = max(map(len, rows))
+        width = _round_up(longest, LENGTH_BUCKET)
+        if limit is not None:
+            width = min(width, limit)
+        length = output_budget(
+            longest,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            max_decode_len=max_decode_len,
+            position_limit=limit,
+        )
         src, src_len = _pad_batch(rows, _batch_rows(len(rows), batch_size, num_devices), width)
         decode = model_decode.sharded_decoder(
             cfg, beam_size=beam_size, max_decode_len=length, alpha=float(alpha), mesh=mesh
@@ -167,6 +233,67 @@ def decode_ids(
     return out
 
 
+@dataclasses.dataclass
+class Translations:
+    """What `translate_detailed` returns: texts in input order, and how they were made.
+
+    tokens: generated ids per sentence ((0,) for an empty one), `<eos>` then `<pad>`.
+    generated_tokens: tokens produced over all sentences, each `<eos>` included.
+    """
+
+    texts: list[str]
+    tokens: list[np.ndarray]
+    sources: EncodedSources
+    generated_tokens: int
+
+
+def translate_detailed(
+    model_config: ModelConfig,
+    params: Any,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    max_decode_len: int | None = None,
+    max_len_a: float = DEFAULT_MAX_LEN_A,
+    max_len_b: int = DEFAULT_MAX_LEN_B,
+    batch_size: int = 64,
+    trained_len: int | None = None,
+    warn: bool = True,
+) -> Translations:
+    """`translate`, also returning the ids, the encoded sources and the token count."""
+    encoded = encode_sources(
+        src_tokenizer,
+        sentences,
+        trained_len=trained_len,
+        position_limit=model_config.position_limit,
+        warn=warn,
+    )
+    todo = [i for i, x in enumerate(encoded.ids) if x]
+    decoded = decode_ids(
+        model_config,
+        params,
+        [encoded.ids[i] for i in todo],
+        beam_size=beam_size,
+        max_decode_len=max_decode_len,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        alpha=alpha,
+    )
+    texts = [""] * len(sentences)
+    tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
+    generated = 0
+    for i, row in zip(todo, decoded, strict=True):
+        texts[i] = tgt_tokenizer.decode([int(t) for t in row])
+        tokens[i] = row
+        ends = np.flatnonzero(row == EOS_ID)
+        generated += int(ends[0]) + 1 if ends.size else int((row != PAD_ID).sum())
+    return Translations(texts, tokens, encoded, generated)
+
+
 def translate(
     model_config: ModelConfig,
     params: Any,
@@ -175,34 +302,56 @@ def translate(
     sentences: Sequence[str],
     *,
     beam_size: int = 1,
-    max_decode_len: int | None = None,
-    batch_size: int = 64,
     alpha: float = 0.6,
-    max_src_len: int | None = None,
+    max_decode_len: int | None = None,
+    max_len_a: float = DEFAULT_MAX_LEN_A,
+    max_len_b: int = DEFAULT_MAX_LEN_B,
+    batch_size: int = 64,
+    trained_len: int | None = None,
 ) -> list[str]:
     """Translate sentences (already preprocessed as the tokenizer expects) -> texts.
 
     beam_size 1 is greedy search; larger beams rank by log P / ((5 + len) / 6)^alpha.
-    Sources longer than `max_src_len` (default: model.max_len) tokens with `<eos>` are
-    truncated with a `DecodingWarning`; an empty sentence gets a warning and the empty
-    translation "". `max_decode_len` defaults to 2 × source width + 10, within model.max_len.
+    Sources are never cut. One longer than `trained_len` (tokens with `<eos>`; the training
+    data's limit) is translated whole with a `DecodingWarning`; with learned positions, one
+    beyond the table is a `SourceTooLongError`. An empty sentence gets a warning and the
+    empty translation "". Each batch generates at most `max_decode_len` tokens if given, else
+    `max_len_a · S + max_len_b`, S its longest source.
     """
-    limit = min(max_src_len or model_config.max_len, model_config.max_len)
-    ids = encode_sources(src_tokenizer, sentences, limit).ids
-    todo = [i for i, x in enumerate(ids) if x]
-    decoded = decode_ids(
+    return translate_detailed(
         model_config,
         params,
-        [ids[i] for i in todo],
+        src_tokenizer,
+        tgt_tokenizer,
+        sentences,
         beam_size=beam_size,
-        max_decode_len=max_decode_len,
-        batch_size=batch_size,
         alpha=alpha,
-    )
-    out = [""] * len(sentences)
-    for i, tokens in zip(todo, decoded, strict=True):
-        out[i] = tgt_tokenizer.decode([int(t) for t in tokens])
-    return out
+        max_decode_len=max_decode_len,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        trained_len=trained_len,
+    ).texts
+
+
+def decode_settings(config: Any, **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments of `translate` from a run config's `eval` and `data` sections.
+
+    `overrides` with a value other than None win (e.g. a command-line `--beam_size`).
+    Configs saved before a key existed get its default.
+    """
+    ev, data = config.eval, config.data
+    settings = {
+        "beam_size": ev.get("beam_size", 1),
+        "alpha": ev.get("alpha", 0.6),
+        "max_decode_len": ev.get("max_decode_len", 0) or None,
+        "max_len_a": ev.get("max_len_a", DEFAULT_MAX_LEN_A),
+        "max_len_b": ev.get("max_len_b", DEFAULT_MAX_LEN_B),
+        "batch_size": ev.get("decode_batch_size", 64),
+        "trained_len": data.get("max_src_len"),
+    }
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return settings
 
 
 @dataclasses.dataclass
@@ -240,10 +389,15 @@ def attention_weights(
     s, t = len(src_ids), len(tgt_ids) + 1
     if s == 0:
         raise ValueError("attention_weights needs a non-empty source.")
-    if max(s, t) > cfg.max_len:
-        raise ValueError(f"pair of lengths ({s}, {t}) exceeds model.max_len={cfg.max_len}.")
-    width_s = min(_round_up(s, LENGTH_BUCKET), cfg.max_len)
-    width_t = min(_round_up(t, LENGTH_BUCKET), cfg.max_len)
+    limit = cfg.position_limit
+    if limit is not None and max(s, t) > limit:
+        raise SourceTooLongError(
+            f"pair of lengths ({s}, {t}) exceeds the learned position table "
+            f"(model.max_len={limit})."
+        )
+    width_s, width_t = _round_up(s, LENGTH_BUCKET), _round_up(t, LENGTH_BUCKET)
+    if limit is not None:
+        width_s, width_t = min(width_s, limit), min(width_t, limit)
     src = np.zeros((1, width_s), np.int32)
     src[0, :s] = src_ids
     tgt_in = np.zeros((1, width_t), np.int32)

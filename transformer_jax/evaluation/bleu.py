@@ -15,7 +15,9 @@ import collections
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import sacrebleu
 
 # The book's preprocessing puts a space before , . ! ? (`"go."` -> `"go ."`); undo it.
@@ -63,6 +65,71 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
         )
     if not hypotheses:
         raise ValueError("no sentences to score.")
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
+    """sacreBLEU BLEU and chrF with their signatures (what a paper should print beside them).
+
+    Returns {"bleu", "chrf": float 0-100, "bleu_signature", "chrf_signature": str}, e.g.
+    `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`.
+    """
+    _check_pairs(hypotheses, references)
+    refs = [list(references)]
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    return {
+        "bleu": float(bleu.corpus_score(list(hypotheses), refs).score),
+        "chrf": float(chrf.corpus_score(list(hypotheses), refs).score),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+# Source-length rows of `bleu_by_length`: (first, last) words, None = no upper end.
+LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 10), (11, 15), (16, None))
+
+
+def bleu_by_length(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    bins: Sequence[tuple[int, int | None]] = LENGTH_BINS,
+) -> list[dict[str, Any]]:
+    """Corpus BLEU and chrF of the pairs whose source has a number of words in each bin.
+
+    Words are whitespace-separated tokens of the source as given (pass detokenised text, so
+    punctuation is not counted as a word). A source of 0 words (empty) falls in no bin.
+    Returns one row per bin: {"words": "1-5" | "16+", "count", "bleu", "chrf"}, with BLEU
+    and chrF None for an empty bin.
+    """
+    _check_pairs(hypotheses, references)
+    if len(sources) != len(hypotheses):
+        raise ValueError(f"{len(sources)} sources but {len(hypotheses)} hypotheses.")
+    words = np.array([len(s.split()) for s in sources])
+    rows = []
+    for first, last in bins:
+        chosen = np.flatnonzero((words >= first) & (words <= (last if last else words.max())))
+        hyps = [hypotheses[i] for i in chosen]
+        refs = [references[i] for i in chosen]
+        scores = corpus_scores(hyps, refs) if len(chosen) else {"bleu": None, "chrf": None}
+        rows.append(
+            {
+                "words": f"{first}-{last}" if last else f"{first}+",
+                "count": int(len(chosen)),
+                "bleu": scores["bleu"],
+                "chrf": scores["chrf"],
+            }
+        )
+    return rows
+
+
+def format_length_table(rows: Sequence[dict[str, Any]], total: dict[str, Any]) -> list[str]:
+    """Markdown lines of `bleu_by_length` rows, then the whole set (`total`: count, bleu, chrf)."""
+    cell = lambda x: "-" if x is None else f"{x:.2f}"
+    lines = ["| source words | pairs | BLEU | chrF |", "|---|---|---|---|"]
+    for row in [*rows, {"words": "all", **total}]:
+        lines.append(f"| {row['words']} | {row['count']:,} | {cell(row['bleu'])} | "
+                     f"{cell(row['chrf'])} |")  # fmt: skip
+    return lines
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:

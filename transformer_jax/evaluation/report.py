@@ -2,9 +2,11 @@
 
     report = evaluate_workdir("runs/fra_eng")   # writes eval_report.{json,md} (+ curves PNG)
 
-The report has corpus BLEU and chrF (sacrebleu, on detokenised text), the book's mean
-sentence BLEU (k = 2, on the word tokens), the teacher-forced loss, decoding speed, and sample
-translations beside their references.
+By default the whole test split is scored. The report has corpus BLEU and chrF (sacreBLEU,
+on detokenised text) with their signatures, BLEU by source length (1-5, 6-10, 11-15, 16+
+words, with the pair count of each row), the book's mean sentence BLEU (k = 2, on the word
+tokens), the teacher-forced loss, decoding speed, and sample translations beside their
+references.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding.translate import decode_ids, encode_sources
-from transformer_jax.evaluation.bleu import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
+from transformer_jax.decoding.translate import decode_settings, translate_detailed
+from transformer_jax.evaluation.bleu import (
+    bleu_by_length,
+    book_bleu,
+    corpus_scores,
+    detokenize_book,
+    format_length_table,
+)
 from transformer_jax.nn import ModelConfig, Transformer
 
 REPORT_JSON = "eval_report.json"
@@ -40,21 +47,22 @@ class DecodeRun:
 
 
 def decode_sentences(bundle: Any, sentences: Sequence[str], **decode_kw: Any) -> DecodeRun:
-    """Translate with `decode_ids`, counting generated tokens and wall time."""
-    cfg, data = bundle.model_config, bundle.config.data
-    limit = min(data.max_src_len or cfg.max_len, cfg.max_len)
-    ids = encode_sources(bundle.src_tokenizer, sentences, limit).ids
-    todo = [i for i, x in enumerate(ids) if x]
+    """Translate with the one inference path (`translate_detailed`), timing it.
+
+    `decode_kw` are `translate`'s keywords; by default the run config's (`decode_settings`).
+    """
+    settings = decode_settings(bundle.config, **decode_kw)
     start = time.perf_counter()
-    out = decode_ids(cfg, bundle.params, [ids[i] for i in todo], **decode_kw)
-    seconds = time.perf_counter() - start
-    hypotheses = [""] * len(sentences)
-    tokens = 0
-    for i, row in zip(todo, out, strict=True):
-        ends = np.flatnonzero(row == EOS_ID)
-        tokens += int(ends[0]) + 1 if ends.size else int((row != PAD_ID).sum())
-        hypotheses[i] = bundle.tgt_tokenizer.decode([int(t) for t in row])
-    return DecodeRun(hypotheses, tokens, seconds)
+    out = translate_detailed(
+        bundle.model_config,
+        bundle.params,
+        bundle.src_tokenizer,
+        bundle.tgt_tokenizer,
+        sentences,
+        warn=False,
+        **settings,
+    )
+    return DecodeRun(out.texts, out.generated_tokens, time.perf_counter() - start)
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -71,16 +79,25 @@ def _loss_sums(config: ModelConfig, params: Any, batch: dict[str, jnp.ndarray]) 
 def teacher_forced_loss(
     bundle: Any, pairs: Sequence[tuple[str, str]], batch_size: int = 64
 ) -> dict[str, float]:
-    """Per-token NLL, perplexity and accuracy of the reference translations (as in training)."""
+    """Per-token NLL, perplexity and accuracy of the reference translations (as in training).
+
+    Teacher forcing needs the training widths: with `data.long_pairs="skip"` the pairs beyond
+    the limits are left out (counted in "loss_pairs_skipped"), as in training.
+    """
     from transformer_jax.data.encoding import encode_pairs, make_batch
 
     data = bundle.config.data
     encoded = encode_pairs(
-        pairs, bundle.src_tokenizer, bundle.tgt_tokenizer, data.max_src_len, data.max_tgt_len
+        pairs,
+        bundle.src_tokenizer,
+        bundle.tgt_tokenizer,
+        data.max_src_len,
+        data.max_tgt_len,
+        data.get("long_pairs", "truncate"),
     )
     totals = {"nll": 0.0, "correct": 0.0, "weight": 0.0}
-    for start in range(0, len(pairs), batch_size):
-        idx = np.arange(start, min(start + batch_size, len(pairs)))
+    for start in range(0, len(encoded), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(encoded)))
         real = len(idx)
         idx = np.concatenate([idx, np.full(batch_size - real, idx[0])])  # one fixed shape
         batch = make_batch(encoded, idx, data.max_src_len, data.max_tgt_len)
@@ -92,7 +109,8 @@ def teacher_forced_loss(
     weight = max(totals["weight"], 1e-9)
     nll = totals["nll"] / weight
     return {"loss": nll, "perplexity": float(np.exp(min(nll, 50.0))),
-            "accuracy": totals["correct"] / weight}  # fmt: skip
+            "accuracy": totals["correct"] / weight,
+            "loss_pairs_skipped": encoded.num_skipped}  # fmt: skip
 
 
 def book_style(config: Any) -> bool:
@@ -107,8 +125,9 @@ def evaluate_workdir(
     *,
     split: str = "test",
     step: int | None = None,
+    average_last: int = 1,
     beam_size: int | None = None,
-    alpha: float = 0.6,
+    alpha: float | None = None,
     max_decode_len: int | None = None,
     batch_size: int | None = None,
     num_examples: int = 0,
@@ -117,59 +136,44 @@ def evaluate_workdir(
 ) -> dict[str, Any]:
     """Translate the `split` ("test" or "eval") pairs of a run's data and score them.
 
-    Defaults come from the run config (eval.beam_size, eval.max_decode_len or
-    data.max_tgt_len, eval.decode_batch_size). `num_examples` > 0 keeps the first n pairs.
-    Writes `eval_report.json`, `eval_report.md` and `training_curves.png` (from
-    metrics.jsonl) into the workdir unless `write=False`; returns the report dict.
+    By default every pair of the split; `num_examples` > 0 keeps n pairs evenly spaced over
+    it (`data.spread_subset`: the same pairs every time, with the split's length mix).
+    Decoding settings default to the run config's (`decode_settings`: beam size, α, the
+    output budget a·S + b). Writes `eval_report.json`, `eval_report.md` and
+    `training_curves.png` (from metrics.jsonl) into the workdir unless `write=False`;
+    returns the report dict.
     """
-    from transformer_jax.data import load_split_pairs
+    from transformer_jax.data import load_split_pairs, spread_subset
     from transformer_jax.training.checkpoints import METRICS_FILE, load_for_inference
 
     workdir = Path(workdir)
-    bundle = load_for_inference(workdir, step)
+    bundle = load_for_inference(workdir, step, average_last=average_last)
     config = bundle.config
     split_name = {"test": config.data.test_split, "eval": config.data.eval_split}.get(split)
     if split_name is None:
         raise ValueError(f"split={split!r}; choose 'test' or 'eval'.")
     pairs = load_split_pairs(config.data, split_name)
-    if num_examples:
-        pairs = pairs[:num_examples]
+    total = len(pairs)
+    pairs = spread_subset(pairs, num_examples)
     if not pairs:
         raise ValueError(f"the {split} split ({split_name!r}) of {config.data.name} is empty.")
-    decode_kw = dict(
-        beam_size=beam_size or config.eval.beam_size,
-        max_decode_len=max_decode_len or config.eval.max_decode_len or config.data.max_tgt_len,
-        batch_size=batch_size or config.eval.decode_batch_size,
-        alpha=alpha,
+    which = (
+        f"{len(pairs):,} of {total:,}, evenly spaced" if len(pairs) < total else f"all {total:,}"
     )
-    sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-
-    run = decode_sentences(bundle, sources, **decode_kw)  # includes compilation
-    timed = decode_sentences(bundle, sources[:SPEED_SENTENCES], **decode_kw)  # compiled
-    detok = detokenize_book if book_style(config) else (lambda s: s)
-    hyps = [detok(h) for h in run.hypotheses]
-    refs = [detok(r) for r in references]
     report = {
         "workdir": str(workdir),
         "step": bundle.step,
-        "split": f"{split} ({split_name})",
-        "num_sentences": len(pairs),
-        **{k: decode_kw[k] for k in ("beam_size", "max_decode_len", "alpha")},
-        "bleu": corpus_bleu(hyps, refs),
-        "chrf": corpus_chrf(hyps, refs),
-        "book_bleu_k2_mean": float(
-            np.mean([book_bleu(h, r, k=2) for h, r in zip(run.hypotheses, references, strict=True)])
+        "averaged_steps": list(bundle.averaged_steps),
+        "split": f"{split} ({split_name}, {which} pairs)",
+        **evaluate_bundle(
+            bundle,
+            pairs,
+            num_samples=num_samples,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_decode_len=max_decode_len,
+            batch_size=batch_size,
         ),
-        **teacher_forced_loss(bundle, pairs, decode_kw["batch_size"]),
-        "decode_seconds_with_compile": run.seconds,
-        "decode_tokens_per_sec": timed.generated_tokens / max(timed.seconds, 1e-9),
-        "decode_sentences_per_sec": min(len(pairs), SPEED_SENTENCES) / max(timed.seconds, 1e-9),
-        "devices": jax.local_device_count(),
-        "samples": [
-            {"source": s, "reference": r, "translation": h}
-            for s, r, h in list(zip(sources, references, run.hypotheses, strict=True))[:num_samples]
-        ],
     }
     if write:
         (workdir / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False))
@@ -186,26 +190,128 @@ def evaluate_workdir(
     return report
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """A short Markdown report: scores table, then sample translations."""
-    lines = [
-        f"# Evaluation of {report['workdir']} at step {report['step']}",
+def evaluate_bundle(
+    bundle: Any,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    num_samples: int = 10,
+    with_loss: bool = True,
+    with_speed: bool = True,
+    **decode_overrides: Any,
+) -> dict[str, Any]:
+    """Scores of a loaded model on text pairs (preprocessed as the split stores them).
+
+    sacreBLEU BLEU and chrF on detokenised text with their signatures, BLEU by source length
+    (`bleu.LENGTH_BINS` words), the book's mean sentence BLEU (k = 2, on the word tokens),
+    optionally the teacher-forced loss and the steady-state decoding speed, and samples.
+    """
+    settings = decode_settings(bundle.config, **decode_overrides)
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    run = decode_sentences(bundle, sources, **settings)  # includes compilation
+    detok = detokenize_book if book_style(bundle.config) else (lambda s: s)
+    hyps = [detok(h) for h in run.hypotheses]
+    refs = [detok(r) for r in references]
+    scores = corpus_scores(hyps, refs)
+    report = {
+        "num_sentences": len(pairs),
+        **{k: settings[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
+        "max_decode_len": settings["max_decode_len"] or 0,
+        **scores,
+        "bleu_by_length": bleu_by_length([detok(s) for s in sources], hyps, refs),
+        "book_bleu_k2_mean": float(
+            np.mean([book_bleu(h, r, k=2) for h, r in zip(run.hypotheses, references, strict=True)])
+        ),
+        "decode_seconds_with_compile": run.seconds,
+        "generated_tokens": run.generated_tokens,
+        "devices": jax.local_device_count(),
+        "samples": [
+            {"source": s, "reference": r, "translation": h}
+            for s, r, h in list(zip(sources, references, run.hypotheses, strict=True))[:num_samples]
+        ],
+    }
+    if with_loss:
+        report.update(teacher_forced_loss(bundle, pairs, settings["batch_size"]))
+    if with_speed:
+        timed = decode_sentences(bundle, sources[:SPEED_SENTENCES], **settings)  # compiled
+        report["decode_tokens_per_sec"] = timed.generated_tokens / max(timed.seconds, 1e-9)
+        report["decode_sentences_per_sec"] = min(len(pairs), SPEED_SENTENCES) / max(
+            timed.seconds, 1e-9
+        )
+    return report
+
+
+def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
+    """What a training launch prints at the end: BLEU, chrF and the length table on
+    `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too."""
+    report = evaluate_workdir(workdir, split="test", num_examples=num_examples)
+    print("\n".join(summary_lines(report)), flush=True)
+    print(f"Report: {Path(workdir) / REPORT_MD}", flush=True)
+    return report
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """BLEU and chrF with their signatures, then the BLEU-by-source-length table."""
+    total = {"count": report["num_sentences"], "bleu": report["bleu"], "chrf": report["chrf"]}
+    return [
+        f"BLEU {report['bleu']:.2f}  chrF {report['chrf']:.2f}  on {report['split']}, "
+        f"beam {report['beam_size']}",
+        f"  sacreBLEU signature: {report['bleu_signature']}",
+        f"  chrF signature: {report['chrf_signature']}",
         "",
-        f"{report['num_sentences']} sentences of the {report['split']} split; beam size "
-        f"{report['beam_size']} (α {report['alpha']}), at most {report['max_decode_len']} tokens.",
+        *format_length_table(report["bleu_by_length"], total),
+    ]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A short Markdown report: scores, BLEU by source length, then sample translations."""
+    budget = (
+        f"at most {report['max_decode_len']} tokens"
+        if report["max_decode_len"]
+        else f"at most {report['max_len_a']:g}·S + {report['max_len_b']} tokens (S = source)"
+    )
+    averaged = report.get("averaged_steps")
+    title = f"# Evaluation of {report['workdir']} at step {report['step']}"
+    if averaged:
+        title += f" (parameters averaged over steps {', '.join(map(str, averaged))})"
+    lines = [
+        title,
+        "",
+        f"{report['num_sentences']:,} sentences of the {report['split']} split; beam size "
+        f"{report['beam_size']} (α {report['alpha']}), {budget}.",
         "",
         "| metric | value |",
         "|---|---|",
-        f"| BLEU (sacrebleu, detokenised) | {report['bleu']:.2f} |",
-        f"| chrF (sacrebleu) | {report['chrf']:.2f} |",
+        f"| BLEU (sacreBLEU, detokenised) | {report['bleu']:.2f} |",
+        f"| chrF (sacreBLEU) | {report['chrf']:.2f} |",
         f"| book BLEU (k=2), mean | {report['book_bleu_k2_mean']:.3f} |",
-        f"| loss (per-token NLL) | {report['loss']:.4f} |",
-        f"| perplexity | {report['perplexity']:.2f} |",
-        f"| token accuracy (teacher forced) | {report['accuracy']:.3f} |",
-        f"| decoding speed | {report['decode_tokens_per_sec']:.0f} tokens/s, "
-        f"{report['decode_sentences_per_sec']:.1f} sentences/s on {report['devices']} "
-        "device(s) |",
+    ]
+    if "loss" in report:
+        skipped = report.get("loss_pairs_skipped", 0)
+        note = f" ({skipped} pairs beyond the training limits left out)" if skipped else ""
+        lines += [
+            f"| loss (per-token NLL){note} | {report['loss']:.4f} |",
+            f"| perplexity | {report['perplexity']:.2f} |",
+            f"| token accuracy (teacher forced) | {report['accuracy']:.3f} |",
+        ]
+    if "decode_tokens_per_sec" in report:
+        lines.append(
+            f"| decoding speed | {report['decode_tokens_per_sec']:.0f} tokens/s, "
+            f"{report['decode_sentences_per_sec']:.1f} sentences/s on {report['devices']} "
+            "device(s) |"
+        )
+    lines += [
         f"| decoding wall time incl. compilation | {report['decode_seconds_with_compile']:.1f} s |",
+        "",
+        f"sacreBLEU signatures: BLEU `{report['bleu_signature']}`, chrF "
+        f"`{report['chrf_signature']}`.",
+        "",
+        "## BLEU by source length",
+        "",
+        *format_length_table(
+            report["bleu_by_length"],
+            {"count": report["num_sentences"], "bleu": report["bleu"], "chrf": report["chrf"]},
+        ),
         "",
         "## Samples",
         "",

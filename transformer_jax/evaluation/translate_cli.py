@@ -5,7 +5,6 @@ lines = translate_workdir("runs/fra_eng", ["go .", "i lost ."], attention_plot="
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -13,11 +12,9 @@ from typing import Any, TextIO
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.translate import (
     EMPTY_MESSAGE,
-    DecodingWarning,
     attention_weights,
-    decode_ids,
-    encode_sources,
-    translate,
+    decode_settings,
+    translate_detailed,
 )
 from transformer_jax.evaluation.report import book_style
 
@@ -53,8 +50,9 @@ def translate_workdir(
     sentences: Sequence[str],
     *,
     step: int | None = None,
-    beam_size: int = 1,
-    alpha: float = 0.6,
+    average_last: int = 1,
+    beam_size: int | None = None,
+    alpha: float | None = None,
     max_decode_len: int | None = None,
     attention_plot: str | Path | None = None,
     bundle: Any = None,
@@ -63,40 +61,40 @@ def translate_workdir(
 
     Inputs get the run's preprocessing (the book's lowercasing and punctuation spacing for
     fra_eng). Each line is `source => translation`; an empty input gets a message instead,
-    over-long inputs a truncation note. With `attention_plot`, the attention heatmaps of the
-    first non-empty sentence and its translation are written there as a PNG.
+    an input longer than the training limit a note (it is translated whole). Decoding
+    settings not given come from the run config (`decode_settings`). With `attention_plot`,
+    the attention heatmaps of the first non-empty sentence and its translation are written
+    there as a PNG.
     """
     from transformer_jax.data.preprocessing import preprocess_nmt
     from transformer_jax.training.checkpoints import load_for_inference
 
-    bundle = bundle or load_for_inference(workdir, step)
+    bundle = bundle or load_for_inference(workdir, step, average_last=average_last)
     config, cfg = bundle.config, bundle.model_config
     prepared = [preprocess_nmt(s.strip()) if book_style(config) else s.strip() for s in sentences]
-    max_src_len = min(config.data.max_src_len or cfg.max_len, cfg.max_len)
-    length = max_decode_len or config.eval.max_decode_len or config.data.max_tgt_len
-    encoded = encode_sources(bundle.src_tokenizer, prepared, max_src_len, warn=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DecodingWarning)  # reported on each line instead
-        outputs = translate(
-            cfg,
-            bundle.params,
-            bundle.src_tokenizer,
-            bundle.tgt_tokenizer,
-            prepared,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_decode_len=length,
-            batch_size=config.eval.decode_batch_size,
-            max_src_len=max_src_len,
-        )
+    settings = decode_settings(
+        config, beam_size=beam_size, alpha=alpha, max_decode_len=max_decode_len
+    )
+    out = translate_detailed(
+        cfg,
+        bundle.params,
+        bundle.src_tokenizer,
+        bundle.tgt_tokenizer,
+        prepared,
+        warn=False,  # reported on each line instead
+        **settings,
+    )
     lines = []
-    for i, (source, output) in enumerate(zip(prepared, outputs, strict=True)):
-        if i in encoded.empty:
+    for i, (source, output) in enumerate(zip(prepared, out.texts, strict=True)):
+        if i in out.sources.empty:
             lines.append(f"[{i}] {EMPTY_MESSAGE}")
             continue
         suffix = ""
-        if i in encoded.truncated:
-            suffix = f"   (input of {encoded.truncated[i]} tokens truncated to {max_src_len})"
+        if i in out.sources.long:
+            suffix = (
+                f"   (input of {out.sources.long[i]} tokens, longer than the training limit "
+                f"{settings['trained_len']}: translated whole)"
+            )
         lines.append(f"{source} => {output}{suffix}")
 
     if attention_plot:
@@ -105,11 +103,8 @@ def translate_workdir(
         first = next((i for i, s in enumerate(prepared) if s), None)
         if first is None:
             raise ValueError("no non-empty sentence to draw attention for.")
-        src = encoded.ids[first]
-        (row,) = decode_ids(
-            cfg, bundle.params, [src], beam_size=beam_size, alpha=alpha, max_decode_len=length
-        )
-        row = [int(t) for t in row]
+        src = out.sources.ids[first]
+        row = [int(t) for t in out.tokens[first]]
         tgt = row[: row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != PAD_ID]
         maps = attention_weights(
             cfg,

@@ -45,7 +45,9 @@ class ModelConfig:
       attention_kind: "dot" (scaled dot-product) or "additive" (vᵀ tanh(W_q q + W_k k)).
       additive_dim: hidden width A of the additive scorer per head (0 means K).
       positional: "sinusoidal" (fixed table) or "learned".
-      max_len: longest sequence the positional encoding supports.
+      max_len: with learned positions, the rows of the position table: the longest source
+        or target the model can encode. Sinusoidal positions are computed for any length,
+        so there it is no limit (`position_limit` is None).
       share_embeddings: one embedding table for source and target (needs equal vocabs).
       tie_output: the output projection reuses the target embedding matrix.
       use_bias: biases on the Q, K, V, O projections.
@@ -125,6 +127,12 @@ class ModelConfig:
     def head_dim(self) -> int:
         """K = D / H."""
         return self.model_dim // self.num_heads
+
+    @property
+    def position_limit(self) -> int | None:
+        """Longest source or target (tokens, `<eos>` included) the model can encode: the
+        learned table's `max_len`, or None for sinusoidal positions (computed for any length)."""
+        return self.max_len if self.positional == "learned" else None
 
     @property
     def compute_dtype(self) -> Any:

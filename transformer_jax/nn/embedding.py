@@ -39,10 +39,12 @@ class Embed(nn.Module):
 
 
 class PositionalEncoding(nn.Module):
-    """Adds a sinusoidal or learned position table, then dropout. (B, T, D) -> (B, T, D).
+    """Adds sinusoidal or learned positions, then dropout. (B, T, D) -> (B, T, D).
 
-    In decode mode the current position is kept in the `cache` collection, so one token at
-    a time gets the right row of the table.
+    Sinusoidal rows are computed for any position (no length limit); a learned table has
+    `max_len` rows, and a longer sequence is a clear error naming that limit. In decode mode
+    the current position is kept in the `cache` collection, so one token at a time gets the
+    right row.
     """
 
     config: ModelConfig
@@ -51,18 +53,14 @@ class PositionalEncoding(nn.Module):
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         cfg = self.config
         length, dim = x.shape[1], x.shape[2]
-        if length > cfg.max_len:
+        limit = cfg.position_limit
+        if limit is not None and length > limit:
             raise ValueError(
-                f"Sequence length {length} exceeds model.max_len={cfg.max_len}; truncate the "
-                "input (data.max_src_len / data.max_tgt_len) or raise model.max_len."
+                f"Sequence length {length} exceeds the learned position table "
+                f"(model.max_len={limit}): a model with positional='learned' cannot encode "
+                "longer sequences. Shorten the input, or train with a larger model.max_len "
+                "(or positional='sinusoidal', which has no limit)."
             )
-        if cfg.positional == "learned":
-            table = self.param(
-                "position_embedding", nn.initializers.normal(0.02), (cfg.max_len, dim), jnp.float32
-            )
-        else:
-            table = ops.sinusoidal_table(cfg.max_len, dim)  # (L_max, D)
-
         offset = 0
         if cfg.decode:
             initialized = self.has_variable("cache", "position_index")
@@ -70,7 +68,14 @@ class PositionalEncoding(nn.Module):
             if initialized:
                 offset = index.value
                 index.value = offset + length
-        rows = jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)  # (T, D)
+        if cfg.positional == "learned":
+            table = self.param(
+                "position_embedding", nn.initializers.normal(0.02), (cfg.max_len, dim), jnp.float32
+            )
+            rows = jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)  # (T, D)
+        else:
+            # Computed for the positions themselves: no table, so no length limit.
+            rows = ops.sinusoidal_rows(offset + jnp.arange(length, dtype=jnp.int32), dim)  # (T, D)
         x = x + rows[None].astype(x.dtype)
         deterministic = cfg.deterministic or cfg.dropout_rate == 0
         rng = None if deterministic else self.make_rng("dropout")

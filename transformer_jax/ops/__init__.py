@@ -11,7 +11,7 @@ from transformer_jax.ops.ffn import ACTIVATIONS, position_wise_ffn
 from transformer_jax.ops.masks import causal_mask, combine_masks, padding_mask, valid_length_mask
 from transformer_jax.ops.matmul import einsum
 from transformer_jax.ops.norms import layer_norm, rms_norm
-from transformer_jax.ops.positional import sinusoidal_table
+from transformer_jax.ops.positional import sinusoidal_rows, sinusoidal_table
 from transformer_jax.ops.softmax import masked_softmax, softmax
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "position_wise_ffn",
     "rms_norm",
     "scaled_dot_product_attention",
+    "sinusoidal_rows",
     "sinusoidal_table",
     "softmax",
     "valid_length_mask",

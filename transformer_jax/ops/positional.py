@@ -1,4 +1,11 @@
-"""Positional tables (Vaswani et al. 2017 §3.5; d2l §11.6.3)."""
+"""Positional encodings (Vaswani et al. 2017 §3.5; d2l §11.6.3).
+
+P[i, 2j] = sin(i / 10000^(2j/D)), P[i, 2j+1] = cos(i / 10000^(2j/D)).
+
+`sinusoidal_table` is the float64 reference table; `sinusoidal_rows` computes the rows of
+any positions on the fly, so a model with sinusoidal positions has no length limit (a sentence
+longer than any seen in training is still encoded, as the paper's §3.5 intends).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +13,39 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def sinusoidal_table(max_len: int, dim: int) -> jnp.ndarray:
-    """P[i, 2j] = sin(i / 10000^(2j/D)), P[i, 2j+1] = cos(i / 10000^(2j/D)).
+def _inverse_frequencies(dim: int) -> np.ndarray:
+    """(ceil(D/2),) float64: 1 / 10000^(2j/D)."""
+    return 1.0 / np.power(10000.0, np.arange(0, dim, 2, dtype=np.float64) / dim)
 
-    For odd D the last column is a sine (there is no matching cosine). Built in float64
-    with numpy (a constant, folded into the program) and returned as float32.
+
+def sinusoidal_table(max_len: int, dim: int) -> jnp.ndarray:
+    """Rows 0..max_len-1 of the table, built in float64 with numpy, returned as float32.
+
+    For odd D the last column is a sine (there is no matching cosine).
 
     Returns:
       (max_len, D) float32 table with values in [-1, 1].
     """
     if max_len < 1 or dim < 1:
         raise ValueError(f"sinusoidal_table needs max_len >= 1 and dim >= 1, got {max_len}, {dim}.")
-    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (L, 1)
-    two_j = np.arange(0, dim, 2, dtype=np.float64)  # (ceil(D/2),)
-    angles = pos / np.power(10000.0, two_j / dim)  # (L, ceil(D/2))
+    angles = np.arange(max_len, dtype=np.float64)[:, None] * _inverse_frequencies(dim)  # (L, D/2)
     table = np.zeros((max_len, dim), dtype=np.float64)
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles[:, : dim // 2])
     return jnp.asarray(table, dtype=jnp.float32)
+
+
+def sinusoidal_rows(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
+    """Rows of the sinusoidal table for int positions (T,) (traced or not) -> (T, D) float32.
+
+    Computed in float32 (the frequencies in float64 first), so positions need no table and no
+    limit; within 1e-5 of `sinusoidal_table` for positions below ~200 and within 1e-4 below
+    ~2000 (the float32 rounding of the angle i·ω). Full and cached decoding call this with
+    the same positions, so they see bit-identical rows.
+    """
+    if dim < 1:
+        raise ValueError(f"sinusoidal_rows needs dim >= 1, got {dim}.")
+    freq = jnp.asarray(_inverse_frequencies(dim), jnp.float32)  # (ceil(D/2),)
+    angles = positions.astype(jnp.float32)[:, None] * freq[None, :]  # (T, ceil(D/2))
+    rows = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # (T, ceil(D/2), 2)
+    return rows.reshape(positions.shape[0], -1)[:, :dim]  # (T, D): sin, cos interleaved

@@ -56,6 +56,8 @@ class InferenceBundle:
     src_tokenizer: Any
     tgt_tokenizer: Any
     step: int
+    # Steps whose params `params` averages (`training.averaging`); () = one checkpoint's.
+    averaged_steps: tuple[int, ...] = ()
 
 
 # --- config and tokenizers ----------------------------------------------------------------
@@ -200,8 +202,16 @@ def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> None:
 # --- inference ----------------------------------------------------------------------------
 
 
-def load_for_inference(workdir: str | Path, step: int | None = None) -> InferenceBundle:
-    """The config, tokenizers and params of a training run (latest or given step)."""
+def load_for_inference(
+    workdir: str | Path, step: int | None = None, average_last: int = 1
+) -> InferenceBundle:
+    """The config, tokenizers and params of a training run (latest or given step).
+
+    `average_last` > 1 averages the params of the last N readable checkpoints ending at
+    `step` (default: the newest); the bundle's `step` is the newest of them and
+    `averaged_steps` lists them all. A workdir written by `averaging.write_averaged_checkpoint`
+    reports the steps its one checkpoint averages.
+    """
     from transformer_jax.data import load_tokenizers
     from transformer_jax.training.optimizer import make_optimizer
     from transformer_jax.training.state import abstract_train_state, model_config_from
@@ -213,11 +223,19 @@ def load_for_inference(workdir: str | Path, step: int | None = None) -> Inferenc
         raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
     src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / TOKENIZER_DIR)
     model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
-    tx, _ = make_optimizer(config, model_config.model_dim)
+    # Shapes only: any run length will do for a decaying schedule.
+    tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
     abstract_state = abstract_train_state(model_config, tx)
     manager = make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
+    averaged_steps: tuple[int, ...] = ()
     try:
-        if step is None:
+        if average_last != 1:
+            from transformer_jax.training.averaging import restore_averaged
+
+            restored, averaged_steps = restore_averaged(
+                manager, abstract_state, average_last, end_step=step
+            )
+        elif step is None:
             restored = restore_latest(manager, abstract_state, quarantine=False)
         elif step not in manager.all_steps():
             raise NoCheckpointError(
@@ -239,6 +257,7 @@ def load_for_inference(workdir: str | Path, step: int | None = None) -> Inferenc
         src_tokenizer=src_tokenizer,
         tgt_tokenizer=tgt_tokenizer,
         step=int(state.step),
+        averaged_steps=averaged_steps or tuple(int(s) for s in meta.get("averaged_steps", ())),
     )
 
 

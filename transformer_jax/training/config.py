@@ -27,7 +27,8 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.adam_b2 = 0.98
     c.adam_eps = 1e-9
     c.weight_decay = 0.0  # adamw only
-    # "paper": learning_rate · D^-0.5 · min(n^-0.5, n · warmup^-1.5); "constant": learning_rate.
+    # "paper": learning_rate · D^-0.5 · min(n^-0.5, n · warmup^-1.5); "constant": learning_rate;
+    # "linear" / "cosine": warm-up to the peak learning_rate, then decay to 0 at the last step.
     c.schedule = "paper"
     c.learning_rate = 1.0
     c.warmup_steps = 4000
@@ -58,11 +59,21 @@ def training_defaults() -> ml_collections.ConfigDict:
 def eval_defaults() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
-    c.num_bleu_examples = 200  # validation pairs translated for BLEU; 0 = no BLEU
+    c.num_bleu_examples = 200  # validation pairs translated for BLEU (evenly spaced); 0 = none
     c.beam_size = 1
-    c.max_decode_len = 0  # 0 = data.max_tgt_len
+    c.alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha (Wu et al. 2016)
+    # Output budget per decoding batch, as fairseq's --max-len-a/b: at most
+    # max_len_a · (longest source in the batch, tokens with <eos>) + max_len_b tokens, so a
+    # long sentence is never cut by a training-time cap. max_decode_len > 0 overrides it.
+    c.max_len_a = 2.0
+    c.max_len_b = 10
+    c.max_decode_len = 0
     c.decode_batch_size = 64
     c.num_examples_to_show = 3  # translations printed with each BLEU evaluation
+    # After training, the launcher scores n test pairs evenly spaced over the split (always
+    # the same pairs, with the split's length mix): BLEU, chrF and BLEU by source length.
+    # 0 = the whole test split; -1 = no test report.
+    c.num_test_examples = 1000
     return c
 
 
@@ -79,7 +90,13 @@ _NON_NEGATIVE_INTS = (
     "eval_every_steps",
     "checkpoint_every_steps",
 )
-_EVAL_INTS = ("num_batches", "num_bleu_examples", "max_decode_len", "num_examples_to_show")
+_EVAL_INTS = (
+    "num_batches",
+    "num_bleu_examples",
+    "max_decode_len",
+    "max_len_b",
+    "num_examples_to_show",
+)
 
 
 def validate_config(
@@ -103,6 +120,16 @@ def validate_config(
         _check_int(f"eval.{key}", config.eval[key], minimum=0)
     for key in ("beam_size", "decode_batch_size"):
         _check_int(f"eval.{key}", config.eval[key], minimum=1)
+    _check_int("eval.num_test_examples", config.eval.num_test_examples, minimum=-1)
+    for key in ("max_len_a", "alpha"):
+        value = config.eval[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"eval.{key} must be a number >= 0, got {value!r}.")
+    if config.eval.max_len_a == 0 and config.eval.max_len_b < 1:
+        raise ValueError(
+            "eval.max_len_a = 0 and eval.max_len_b < 1 leave no room for a translation; "
+            "e.g. max_len_a=2.0, max_len_b=10."
+        )
     if (config.num_train_steps > 0) == (config.num_epochs > 0):
         raise ValueError(
             f"Set exactly one of num_train_steps ({config.num_train_steps}) and num_epochs "
@@ -129,10 +156,11 @@ def validate_config(
     validate_data_config(config.data, num_devices=num_devices, process_count=process_count)
     model = ModelConfig.from_dict(config.model.to_dict(), src_vocab_size=1, tgt_vocab_size=1)
     longest = max(config.data.max_src_len, config.data.max_tgt_len)
-    if model.max_len < longest:
+    if model.position_limit is not None and model.position_limit < longest:
         raise ValueError(
-            f"model.max_len={model.max_len} is shorter than the longest sequence "
-            f"(data.max_src_len / max_tgt_len = {longest}); raise model.max_len."
+            f"model.max_len={model.max_len} (learned positions) is shorter than the longest "
+            f"training sequence (data.max_src_len / max_tgt_len = {longest}); raise "
+            "model.max_len or lower the data limits."
         )
     per_device = config.data.batch_size // (process_count * num_devices)
     if per_device % config.grad_accum_steps:

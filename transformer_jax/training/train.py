@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ import numpy as np
 from absl import logging
 
 from transformer_jax import data as data_lib
+from transformer_jax.decoding import DecodingWarning, decode_settings, translate
+from transformer_jax.evaluation.bleu import corpus_bleu, detokenize_book
+from transformer_jax.evaluation.report import book_style
 from transformer_jax.nn import Transformer
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
@@ -87,7 +91,7 @@ def train_and_evaluate(
 
     # ---------------------------------------------------------------- model and optimizer
     model_config = model_config_from(config, src_tok.vocab_size, tgt_tok.vocab_size)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
+    tx, schedule = make_optimizer(config, model_config.model_dim, total_steps)
 
     # ---------------------------------------------------------------- restore or initialise
     manager = ckpt.make_manager(workdir, keep=config.keep_checkpoints)
@@ -289,30 +293,24 @@ def _diff(prefix: str, old: Any, new: Any) -> list[str]:
 
 
 def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
-    """BLEU on the first `eval.num_bleu_examples` validation pairs, once decoding exists."""
+    """sacreBLEU (detokenised) on `eval.num_bleu_examples` evenly spaced validation pairs."""
     n = config.eval.num_bleu_examples
     if not n:
         return None
-    try:
-        from transformer_jax.decoding import translate
-        from transformer_jax.evaluation import corpus_bleu
-    except ImportError:
-        log("BLEU: decoding not available")
-        return None
-    pairs = pipeline.eval_pairs[:n]
+    pairs = data_lib.spread_subset(pipeline.eval_pairs, n)
     start = time.perf_counter()
-    hypotheses = translate(
-        model_config,
-        params,
-        pipeline.src_tokenizer,
-        pipeline.tgt_tokenizer,
-        [src for src, _ in pairs],
-        beam_size=config.eval.beam_size,
-        max_decode_len=config.eval.max_decode_len or config.data.max_tgt_len,
-        batch_size=config.eval.decode_batch_size,
-        max_src_len=config.data.max_src_len,
-    )
-    bleu = float(corpus_bleu(hypotheses, [tgt for _, tgt in pairs]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DecodingWarning)  # sentences longer than the limit
+        hypotheses = translate(
+            model_config,
+            params,
+            pipeline.src_tokenizer,
+            pipeline.tgt_tokenizer,
+            [src for src, _ in pairs],
+            **decode_settings(config),
+        )
+    detok = detokenize_book if book_style(config) else (lambda text: text)
+    bleu = corpus_bleu([detok(h) for h in hypotheses], [detok(t) for _, t in pairs])
     k = config.eval.num_examples_to_show
     shown = [
         f"{src} => {hyp}  (ref: {tgt})"

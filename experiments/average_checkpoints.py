@@ -1,0 +1,46 @@
+r"""Average a run's last N checkpoints into a new workdir: flags in,
+`training.averaging.write_averaged_checkpoint` out.
+
+    python -m experiments.average_checkpoints --workdir=runs/fra_eng --last=3
+    python -m experiments.evaluate --workdir=runs/fra_eng_avg3
+
+The new workdir (default `<workdir>_avg<N>`) holds the run's config and tokenizers and one
+checkpoint with the averaged params; evaluate and translate read it like any workdir. To
+score an average without writing one, pass `--average_last=N` to those commands instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Training workdir whose checkpoints to average.")
+flags.DEFINE_integer(
+    "last", 3, "How many of the newest checkpoints to average (a run keeps keep_checkpoints=3)."
+)
+flags.DEFINE_string("output_workdir", None, "Where to write; default <workdir>_avg<last>.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from transformer_jax.training.averaging import write_averaged_checkpoint
+    from transformer_jax.training.checkpoints import NoCheckpointError, load_for_inference
+
+    output = FLAGS.output_workdir or f"{FLAGS.workdir.rstrip('/')}_avg{FLAGS.last}"
+    try:
+        written = write_averaged_checkpoint(FLAGS.workdir, FLAGS.last, output)
+    except (NoCheckpointError, ValueError) as error:
+        print(f"FATAL: {error}", file=sys.stderr)
+        sys.exit(2)
+    # Read back as evaluate will: proves the new workdir loads, and names the steps it holds.
+    steps = load_for_inference(written).averaged_steps
+    print(f"Wrote the average of the checkpoints at steps {list(steps)} to {written}.")
+    print(f"Evaluate it with: python -m experiments.evaluate --workdir={written}")
+
+
+if __name__ == "__main__":
+    app.run(main)

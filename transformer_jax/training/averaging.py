@@ -1,0 +1,230 @@
+"""Checkpoint averaging: the element-wise mean of the parameters of a run's last N checkpoints.
+
+Averaging the last few checkpoints of a run smooths the noise of the final optimizer steps
+and usually gains a little BLEU for free (Vaswani et al. 2017, §6.1: the base models average
+the last 5 checkpoints, the big ones the last 20; fairseq's `scripts/average_checkpoints.py`,
+tensor2tensor's `avg_checkpoints.py`).
+
+    params, steps = average_checkpoints(workdir, last_n=3)
+    write_averaged_checkpoint(workdir, 3, output_workdir)  # a workdir evaluate/translate read
+    load_for_inference(workdir, average_last=3)            # the same, without writing
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+from transformer_jax.training import checkpoints as ckpt
+
+AVERAGED_STEPS = "averaged_steps"  # meta key of a checkpoint written by this module
+_DIFFERENT_CONFIGS = (
+    "The checkpoints come from different model configs; average only checkpoints of one run."
+)
+
+
+class TooFewCheckpointsError(ckpt.NoCheckpointError):
+    """The workdir keeps fewer readable checkpoints than the average asks for."""
+
+
+# --- pure: the mean of parameter trees -----------------------------------------------------
+
+
+def average_trees(trees: Sequence[Any]) -> Any:
+    """Element-wise mean of pytrees with one structure, as host numpy arrays.
+
+    Sums in float64 (so that the mean of N bfloat16 or float32 leaves is the exactly rounded
+    mean, and N identical trees give that tree back bit for bit) and casts each leaf back to
+    its own dtype. Raises ValueError naming the first path where a tree differs from the
+    first one (a missing or extra leaf, or another shape or dtype).
+    """
+    if not trees:
+        raise ValueError("average_trees needs at least one tree; got an empty sequence.")
+    reference, treedef = jax.tree_util.tree_flatten_with_path(trees[0])
+    paths = [path for path, _ in reference]
+    total = [np.array(leaf, dtype=np.float64) for _, leaf in reference]  # copies
+    for i, tree in enumerate(trees[1:], start=1):
+        leaves, other_def = jax.tree_util.tree_flatten_with_path(tree)
+        _check_same_paths(paths, [path for path, _ in leaves], i)
+        if other_def != treedef:  # same leaf paths in other containers (e.g. dict vs dataclass)
+            raise ValueError(
+                f"tree {i} has the structure {other_def}, tree 0 has {treedef}. "
+                + _DIFFERENT_CONFIGS
+            )
+        for (path, leaf), (_, first), acc in zip(leaves, reference, total, strict=True):
+            leaf = np.asarray(leaf)
+            if leaf.shape != np.shape(first) or leaf.dtype != np.asarray(first).dtype:
+                raise ValueError(
+                    f"parameter {jax.tree_util.keystr(path)} is {_describe(first)} in tree 0 "
+                    f"but {_describe(leaf)} in tree {i}. " + _DIFFERENT_CONFIGS
+                )
+            acc += leaf
+    mean = [
+        (acc / len(trees)).astype(np.asarray(first).dtype)
+        for acc, (_, first) in zip(total, reference, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, mean)
+
+
+def _check_same_paths(expected: list, got: list, index: int) -> None:
+    """Raises ValueError at the first leaf path (in tree 0's order) where the trees differ."""
+    for a, b in zip(expected, got, strict=False):
+        if a != b:
+            raise ValueError(
+                f"tree {index} has a leaf at {jax.tree_util.keystr(b)} where tree 0 has "
+                f"{jax.tree_util.keystr(a)}. " + _DIFFERENT_CONFIGS
+            )
+    if len(expected) != len(got):
+        longer, which = (expected, "tree 0") if len(expected) > len(got) else (got, f"tree {index}")
+        path = jax.tree_util.keystr(longer[min(len(expected), len(got))])
+        raise ValueError(
+            f"only {which} has the parameter {path} ({len(expected)} leaves in tree 0, "
+            f"{len(got)} in tree {index}). " + _DIFFERENT_CONFIGS
+        )
+
+
+def _describe(leaf: Any) -> str:
+    leaf = np.asarray(leaf)
+    return f"{leaf.dtype}{list(leaf.shape)}"
+
+
+# --- restoring the last N checkpoints ----------------------------------------------------
+
+
+def restore_averaged(
+    manager: ocp.CheckpointManager,
+    abstract_state: Any,
+    last_n: int,
+    *,
+    end_step: int | None = None,
+) -> tuple[tuple[Any, dict, dict], tuple[int, ...]]:
+    """((state, data_state, meta), steps): the newest of the last `last_n` readable
+    checkpoints (up to `end_step` if given) with its params replaced by their average.
+
+    The rest of the state (step, opt_state, rng) and the data position are the newest
+    checkpoint's; `steps` ascend. An unreadable checkpoint is logged and skipped. Holds one
+    full state and `last_n` param trees in host memory at a time.
+    """
+    if last_n < 1:
+        raise ValueError(f"average_last/last_n={last_n}; use 1 (no averaging) or more.")
+    available = sorted(manager.all_steps())
+    directory = Path(manager.directory)
+    if end_step is not None and end_step not in available:
+        raise ckpt.NoCheckpointError(
+            f"no checkpoint for step {end_step} in {directory}; available steps: {available}."
+        )
+    candidates = [s for s in available if end_step is None or s <= end_step]
+    newest: tuple[Any, dict, dict] | None = None
+    params: list[Any] = []
+    steps: list[int] = []
+    for step in reversed(candidates):  # newest first, so a damaged old one costs nothing
+        try:
+            state, data, meta = ckpt._restore(manager, step, abstract_state)
+        except Exception as error:  # orbax raises many types for a damaged directory
+            logging.error(
+                "Checkpoint %s is unreadable (%s: %s); leaving it out of the average.",
+                directory / str(step),
+                type(error).__name__,
+                str(error)[:500],
+            )
+            continue
+        if newest is None:
+            newest = (state, data, meta)
+        params.append(state.params)
+        steps.append(step)
+        if len(steps) == last_n:
+            break
+    if len(steps) < last_n:
+        up_to = f" up to step {end_step}" if end_step is not None else ""
+        raise TooFewCheckpointsError(
+            f"cannot average the last {last_n} checkpoints: {directory} has only "
+            f"{len(steps)} readable{up_to} (steps {sorted(steps)}). A run keeps its last "
+            f"`keep_checkpoints` (default 3) checkpoints: average at most {len(steps)} here, "
+            f"or train the next run with --config.keep_checkpoints={last_n} or more."
+        )
+    state, data, meta = newest
+    state = state.replace(params=average_trees(params[::-1]))  # ascending steps
+    return (state, data, meta), tuple(sorted(steps))
+
+
+def _open(workdir: Path) -> tuple[ocp.CheckpointManager, Any]:
+    """A read-only manager over a run's checkpoints and the abstract TrainState to restore."""
+    from transformer_jax.data import load_tokenizers
+    from transformer_jax.training.optimizer import make_optimizer
+    from transformer_jax.training.state import abstract_train_state, model_config_from
+
+    config = ckpt.load_config(workdir)
+    checkpoint_dir = workdir.absolute() / ckpt.CHECKPOINT_DIR
+    if not checkpoint_dir.is_dir():
+        raise ckpt.NoCheckpointError(ckpt._no_checkpoint_message(checkpoint_dir, workdir))
+    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / ckpt.TOKENIZER_DIR)
+    model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    # Shapes only: any run length will do for a decaying schedule.
+    tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
+    manager = ckpt.make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
+    return manager, abstract_train_state(model_config, tx)
+
+
+def _restore_averaged_workdir(
+    workdir: Path, last_n: int
+) -> tuple[tuple[Any, dict, dict], tuple[int, ...]]:
+    manager, abstract_state = _open(workdir)
+    try:
+        return restore_averaged(manager, abstract_state, last_n)
+    finally:
+        manager.close()
+
+
+def average_checkpoints(workdir: str | Path, last_n: int) -> tuple[Any, tuple[int, ...]]:
+    """(params, steps): the mean params of the run's last `last_n` readable checkpoints.
+
+    `steps` ascend. Raises `TooFewCheckpointsError` if the workdir keeps fewer.
+    """
+    (state, _, _), steps = _restore_averaged_workdir(Path(workdir), last_n)
+    return state.params, steps
+
+
+# --- writing an averaged workdir ---------------------------------------------------------
+
+
+def write_averaged_checkpoint(workdir: str | Path, last_n: int, output_workdir: str | Path) -> Path:
+    """Writes a new workdir holding the average of `workdir`'s last `last_n` checkpoints.
+
+    `output_workdir` gets the run's config.json and tokenizer/ and one checkpoint at the newest
+    averaged step: the averaged params, the newest checkpoint's step, opt_state, rng and data
+    position, and `"averaged_steps": [...]` in its meta. `experiments.evaluate` and
+    `experiments.translate` read it as any workdir. Returns `output_workdir`.
+    """
+    workdir, output = Path(workdir), Path(output_workdir)
+    if output.resolve() == workdir.resolve():
+        raise ValueError(
+            f"output_workdir is the input workdir {workdir}; averaged params would mix with the "
+            "run's own checkpoints. Choose another directory, e.g. "
+            f"{workdir.name}_avg{last_n}."
+        )
+    existing = output / ckpt.CHECKPOINT_DIR
+    if existing.is_dir() and any(existing.iterdir()):
+        raise ValueError(
+            f"{existing} already has checkpoints; refusing to add an averaged one to them. "
+            "Delete it or choose another output_workdir."
+        )
+    (state, data, meta), steps = _restore_averaged_workdir(workdir, last_n)
+
+    output.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(workdir / ckpt.CONFIG_FILE, output / ckpt.CONFIG_FILE)
+    shutil.copytree(workdir / ckpt.TOKENIZER_DIR, output / ckpt.TOKENIZER_DIR, dirs_exist_ok=True)
+    config = ckpt.load_config(output)
+    manager = ckpt.make_manager(output, keep=max(1, config.keep_checkpoints))
+    try:
+        ckpt.save_checkpoint(manager, state, data, {**meta, AVERAGED_STEPS: list(steps)})
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+    return output
