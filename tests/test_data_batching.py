@@ -324,3 +324,60 @@ def test_set_state_checks_drop_remainder_and_reads_older_states():
     assert dropping.get_state()["position"] == 3
     with pytest.raises(ValueError, match=r"drop_remainder"):
         keeping.set_state(old)
+
+
+def test_token_batches_fill_a_token_budget_per_bucket_and_cover_the_epoch():
+    """batch_tokens: rows = budget // width (a multiple of the shards), every example at most
+    once an epoch, only the last bucket's leftovers (< its rows) dropped."""
+    enc = _fake_encoded(n=400)
+    it = batching.TrainIterator(
+        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+    )
+    assert [it.bucket_rows(b) for b in range(3)] == [12, 6, 4]  # 48 // 4, 48 // 8, 48 // 12
+    seen = []
+    for _ in range(it.batches_per_epoch):
+        batch = next(it)
+        width = batch["src"].shape[-1]
+        rows = batch["src"].shape[0] * batch["src"].shape[1]
+        assert batch["src"].shape[0] == 2 and rows == 48 // width
+        ids = _ids(batch)
+        assert (enc.src_len[ids] <= width).all() and (enc.tgt_len[ids] <= width).all()
+        seen.extend(ids.tolist())
+    assert len(seen) == len(set(seen))
+    assert 400 - len(seen) < 4  # the widest bucket's rows
+    assert it.epoch == 0
+    # Resuming mid-epoch continues with the same batches; a different budget is refused.
+    state_it = batching.TrainIterator(
+        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+    )
+    for _ in range(5):
+        next(state_it)
+    resumed = batching.TrainIterator(
+        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+    )
+    resumed.set_state(state_it.get_state())
+    np.testing.assert_array_equal(next(resumed)["src"], next(state_it)["src"])
+    other = batching.TrainIterator(
+        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=96
+    )
+    with pytest.raises(ValueError, match="batch_tokens"):
+        other.set_state(state_it.get_state())
+
+
+def test_token_batches_split_over_processes_like_over_devices():
+    enc = _fake_encoded(n=200)
+    kw = dict(global_batch=8, seed=5, bucket_boundaries=BOUNDARIES, batch_tokens=48)
+    one = batching.TrainIterator(enc, num_devices=2, **kw)
+    procs = [
+        batching.TrainIterator(enc, num_devices=1, process_index=p, process_count=2, **kw)
+        for p in range(2)
+    ]
+    for _ in range(one.batches_per_epoch):
+        whole, parts = next(one), [next(p) for p in procs]
+        for key in encoding.BATCH_KEYS:
+            np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), whole[key])
+
+
+def test_token_batches_need_buckets():
+    with pytest.raises(ValueError, match="needs length buckets"):
+        batching.TrainIterator(_fake_encoded(), global_batch=8, num_devices=1, batch_tokens=64)

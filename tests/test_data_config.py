@@ -25,6 +25,9 @@ def test_default_config_is_valid():
         ("source_lang", "de", {}, r"fra_eng has languages"),
         ("bucket_boundaries", (16, 8), {}, r"bucket_boundaries=\(16, 8\).*increasing"),
         ("num_eval_examples", -1, {}, r"num_eval_examples=-1"),
+        ("long_pairs", "cut", {}, r"long_pairs='cut'.*'skip', 'truncate'"),
+        ("batch_tokens", -5, {}, r"batch_tokens=-5 needs"),
+        ("batch_tokens", 100, {"num_devices": 2}, r"batch_tokens=100 .*64 x 2 .*use >= 128"),
     ],
 )
 def test_validation_names_bad_value(key, value, kwargs, message):

@@ -2,7 +2,8 @@
 batches in fixed order.
 
 Every batch is a dict of numpy arrays shaped for a pmapped step, D = local devices and
-B_dev = global_batch / (process_count * D):
+B_dev = rows / (process_count * D), rows = global_batch (or, with `batch_tokens`, the rows of
+the batch's bucket, `TrainIterator.bucket_rows`):
   src int32 (D, B_dev, S), src_len int32 (D, B_dev), tgt_in / tgt_out int32 (D, B_dev, T),
   tgt_weight float32 (D, B_dev, T).
 
@@ -35,6 +36,7 @@ _STATE_KEYS = (
     "global_batch",
     "bucket_boundaries",
     "drop_remainder",
+    "batch_tokens",
 )
 
 
@@ -105,8 +107,11 @@ class TrainIterator:
         seed: int = 0,
         bucket_boundaries: Sequence[int] | None = None,
         drop_remainder: bool = True,
+        batch_tokens: int = 0,
     ):
         self._process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
+        self._shards = process_count * num_devices
+        self._process_count = process_count
         if len(encoded) < (global_batch if drop_remainder else 1):
             raise ValueError(
                 f"the training split has {len(encoded)} examples, fewer than one global batch "
@@ -125,6 +130,9 @@ class TrainIterator:
         self._buckets = (
             bucketing.bucket_ids(encoded, self._boundaries) if self._boundaries else None
         )
+        self._batch_tokens = int(batch_tokens)
+        if self._batch_tokens and self._boundaries is None:
+            raise ValueError("batch_tokens needs length buckets (data.bucketing=True).")
         self._epoch = 0
         self._position = 0
         self._plan: list[tuple[np.ndarray, int]] | None = None  # the current epoch's batches
@@ -139,6 +147,8 @@ class TrainIterator:
         gb = self._global_batch
         if self._boundaries is None:
             return [(chunk, -1) for chunk in _chunks(order, gb, self._drop_remainder)]
+        if self._batch_tokens:
+            return self._token_plan(order, rng)
         plan, leftovers = [], []
         buckets = self._buckets[order]
         for b in range(len(self._boundaries)):
@@ -149,6 +159,33 @@ class TrainIterator:
         rest = np.concatenate(leftovers)  # grouped by bucket: neighbours have similar lengths
         for chunk in _chunks(rest, gb, self._drop_remainder):
             plan.append((chunk, int(self._buckets[chunk[chunk != _DUMMY]].max())))
+        return [plan[i] for i in rng.permutation(len(plan))]
+
+    def bucket_rows(self, bucket: int) -> int:
+        """Global rows of a batch of `bucket`: `global_batch`, or with `batch_tokens` as many
+        rows of that width as fit the token budget (a multiple of processes · devices)."""
+        if not self._batch_tokens:
+            return self._global_batch
+        rows = self._batch_tokens // self._boundaries[bucket] // self._shards * self._shards
+        return max(rows, self._shards)
+
+    def _token_plan(self, order: np.ndarray, rng: np.random.Generator) -> list:
+        """Batches of about `batch_tokens` padded tokens (fairseq's --max-tokens): short
+        buckets get many rows, long ones few. Leftovers of a bucket join the next, wider one
+        (they fit its width); the last bucket's leftovers are dropped for this epoch (a
+        different few each epoch) or, without `drop_remainder`, padded with dummies."""
+        plan: list[tuple[np.ndarray, int]] = []
+        carry = np.zeros((0,), order.dtype)
+        buckets = self._buckets[order]
+        last = len(self._boundaries) - 1
+        for b in range(last + 1):
+            pool = np.concatenate([carry, order[buckets == b]])  # permuted order within each
+            rows = self.bucket_rows(b)
+            full = len(pool) // rows * rows
+            plan.extend((chunk, b) for chunk in pool[:full].reshape(-1, rows))
+            carry = pool[full:]
+        if len(carry) and not self._drop_remainder:
+            plan.extend((chunk, last) for chunk in _chunks(carry, self.bucket_rows(last), False))
         return [plan[i] for i in rng.permutation(len(plan))]
 
     def _widths(self, bucket: int) -> tuple[int, int]:
@@ -180,8 +217,9 @@ class TrainIterator:
             plan = self._current_plan()
         indices, bucket = plan[self._position]
         self._position += 1
-        start = self._process_index * self._process_batch
-        mine = indices[start : start + self._process_batch]
+        per_process = len(indices) // self._process_count  # global_batch, or by batch_tokens
+        start = self._process_index * per_process
+        mine = indices[start : start + per_process]
         real = mine != _DUMMY
         batch = make_batch(self._encoded, np.where(real, mine, 0), *self._widths(bucket))
         if not real.all():
@@ -209,13 +247,14 @@ class TrainIterator:
             "global_batch": self._global_batch,
             "bucket_boundaries": list(self._boundaries) if self._boundaries else None,
             "drop_remainder": self._drop_remainder,
+            "batch_tokens": self._batch_tokens,
         }
 
     def set_state(self, state: dict) -> None:
         """Restores `get_state()`; refuses a state from a different data setup."""
         mine = self.get_state()
         # States saved before the option existed always dropped the remainder.
-        state = {"drop_remainder": True, **state}
+        state = {"drop_remainder": True, "batch_tokens": 0, **state}
         for key in _STATE_KEYS:
             if state.get(key) != mine[key]:
                 raise ValueError(

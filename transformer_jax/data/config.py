@@ -73,6 +73,11 @@ def data_config() -> ml_collections.ConfigDict:
     c.long_pairs = "skip"
     # GLOBAL batch size in examples, split over process_count * local devices.
     c.batch_size = 128
+    # > 0: training batches of about this many padded tokens per side instead (fairseq's
+    # --max-tokens): rows = batch_tokens // bucket width, so short buckets get many rows and
+    # long ones few, and every step carries a similar amount of text. Needs bucketing;
+    # eval batches keep batch_size rows. 0 = batch_size rows for every bucket.
+    c.batch_tokens = 0
     # Length bucketing for training batches (pads to the smallest boundary that fits).
     c.bucketing = True
     # Padded lengths used with bucketing; () = every `bucket_step` tokens up to the max length.
@@ -128,6 +133,17 @@ def validate_data_config(
             f"data.batch_size={cfg.batch_size} must be a positive multiple of process_count * "
             f"devices = {process_count} * {num_devices} = {shards}; e.g. "
             f"{max(shards, cfg.batch_size // shards * shards)}."
+        )
+    if cfg.batch_tokens < 0 or (cfg.batch_tokens and not cfg.bucketing):
+        raise ValueError(
+            f"data.batch_tokens={cfg.batch_tokens} needs data.bucketing=True and a value >= 0 "
+            "(0 = batch_size rows per batch)."
+        )
+    if cfg.batch_tokens and cfg.batch_tokens < max(cfg.max_src_len, cfg.max_tgt_len) * shards:
+        raise ValueError(
+            f"data.batch_tokens={cfg.batch_tokens} is below one row of the longest bucket per "
+            f"device: max length {max(cfg.max_src_len, cfg.max_tgt_len)} x {shards} shards; "
+            f"use >= {max(cfg.max_src_len, cfg.max_tgt_len) * shards}."
         )
     if cfg.bucketing:
         boundaries = list(cfg.bucket_boundaries)

@@ -109,6 +109,7 @@ def create_input_pipeline(
         seed=cfg.shuffle_seed,
         bucket_boundaries=boundaries,
         drop_remainder=cfg.drop_remainder,
+        batch_tokens=cfg.batch_tokens,
     )
     sizes = sources.split_sizes(cfg)
     sizes.update(
