@@ -12,7 +12,9 @@ from tests.test_step_parallel import REPO, subprocess_env
 from transformer_jax.training import config as config_lib
 
 
-@pytest.mark.parametrize("arg", [None, "d2l", "runlocal", "variant=small,runlocal", "base"])
+@pytest.mark.parametrize(
+    "arg", [None, "d2l", "hour", "runlocal", "hour,runlocal", "variant=small,runlocal", "base"]
+)
 def test_every_variant_validates(arg):
     config_lib.validate_config(fra_eng.get_config(arg), num_devices=1)
 
@@ -31,6 +33,25 @@ def test_d2l_variant_is_the_books_setting():
     assert c.data.batch_size == 64
     assert (c.optimizer, c.schedule, c.learning_rate, c.clip_norm) == ("adam", "constant", 0.005, 1)
     assert c.label_smoothing == 0.0 and c.num_epochs == 200 and c.num_train_steps == 0
+
+
+def test_runs_keep_whole_pairs_and_only_the_book_truncates():
+    for arg in (None, "hour", "small", "base", "runlocal"):
+        c = fra_eng.get_config(arg)
+        assert c.data.long_pairs == "skip", arg
+    assert fra_eng.get_config("d2l").data.long_pairs == "truncate"
+    default = fra_eng.get_config()
+    assert default.data.max_src_len == default.data.max_tgt_len == 64
+    assert default.data.bucket_boundaries[-1] == 64  # the last bucket holds the longest pairs
+    assert default.eval.num_test_examples == 1000
+
+
+def test_hour_recipe_is_the_small_model_with_a_fixed_budget():
+    c = fra_eng.get_config("hour")
+    m = c.model
+    assert (m.num_encoder_layers, m.model_dim, m.ffn_dim, m.dropout_rate) == (3, 256, 1024, 0.1)
+    assert (c.schedule, c.num_train_steps) == ("linear", fra_eng.HOUR["num_train_steps"])
+    assert c.keep_checkpoints >= 5  # checkpoint averaging over the decay's end
 
 
 def test_epochs_are_converted_to_steps_in_one_place():
