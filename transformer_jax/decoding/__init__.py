@@ -1,5 +1,6 @@
 """Greedy and beam search over the decoder's cache (pure functions), and text translation."""
 
+from transformer_jax.decoding.attention_maps import AttentionMaps, attention_weights
 from transformer_jax.decoding.model_decode import (
     beam_decode,
     greedy_decode,
@@ -25,12 +26,10 @@ from transformer_jax.decoding.steps import (
     split_cache,
 )
 from transformer_jax.decoding.translate import (
-    AttentionMaps,
     DecodingWarning,
     EncodedSources,
     SourceTooLongError,
     Translations,
-    attention_weights,
     decode_ids,
     decode_settings,
     encode_sources,

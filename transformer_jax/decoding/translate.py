@@ -23,13 +23,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding import model_decode
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.nn import ModelConfig
 
 # Source widths and output budgets are rounded up to a multiple of this: few compilations.
 LENGTH_BUCKET = 8
@@ -300,37 +299,20 @@ def translate(
     src_tokenizer: Tokenizer,
     tgt_tokenizer: Tokenizer,
     sentences: Sequence[str],
-    *,
-    beam_size: int = 1,
-    alpha: float = 0.6,
-    max_decode_len: int | None = None,
-    max_len_a: float = DEFAULT_MAX_LEN_A,
-    max_len_b: int = DEFAULT_MAX_LEN_B,
-    batch_size: int = 64,
-    trained_len: int | None = None,
+    **options: Any,
 ) -> list[str]:
     """Translate sentences (already preprocessed as the tokenizer expects) -> texts.
 
-    beam_size 1 is greedy search; larger beams rank by log P / ((5 + len) / 6)^alpha.
-    Sources are never cut. One longer than `trained_len` (tokens with `<eos>`; the training
-    data's limit) is translated whole with a `DecodingWarning`; with learned positions, one
-    beyond the table is a `SourceTooLongError`. An empty sentence gets a warning and the
-    empty translation "". Each batch generates at most `max_decode_len` tokens if given, else
-    `max_len_a · S + max_len_b`, S its longest source.
+    `options` are `translate_detailed`'s keywords: beam_size (1 = greedy; larger beams rank
+    by log P / ((5 + len) / 6)^alpha), alpha, max_decode_len, max_len_a, max_len_b,
+    batch_size, trained_len. Sources are never cut. One longer than `trained_len` (tokens
+    with `<eos>`; the training data's limit) is translated whole with a `DecodingWarning`;
+    with learned positions, one beyond the table is a `SourceTooLongError`. An empty
+    sentence gets a warning and the empty translation "". Each batch generates at most
+    `max_decode_len` tokens if given, else `max_len_a · S + max_len_b`, S its longest source.
     """
     return translate_detailed(
-        model_config,
-        params,
-        src_tokenizer,
-        tgt_tokenizer,
-        sentences,
-        beam_size=beam_size,
-        alpha=alpha,
-        max_decode_len=max_decode_len,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        batch_size=batch_size,
-        trained_len=trained_len,
+        model_config, params, src_tokenizer, tgt_tokenizer, sentences, **options
     ).texts
 
 
@@ -352,91 +334,3 @@ def decode_settings(config: Any, **overrides: Any) -> dict[str, Any]:
     }
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return settings
-
-
-@dataclasses.dataclass
-class AttentionMaps:
-    """Attention weights of one sentence pair, trimmed to the real tokens (no padding).
-
-    encoder_self: (L_enc, H, S, S); decoder_self: (L_dec, H, T, T);
-    cross: (L_dec, H, T, S). Rows are queries, columns keys. T counts the decoder inputs
-    `<bos>` + target tokens.
-    """
-
-    src_tokens: list[str]
-    tgt_tokens: list[str]
-    encoder_self: np.ndarray
-    decoder_self: np.ndarray
-    cross: np.ndarray
-
-
-def attention_weights(
-    model_config: ModelConfig,
-    params: Any,
-    src_ids: Sequence[int],
-    tgt_ids: Sequence[int],
-    *,
-    src_tokens: Sequence[str] | None = None,
-    tgt_tokens: Sequence[str] | None = None,
-) -> AttentionMaps:
-    """Teacher-forced attention weights of one pair, for heatmaps (d2l §11.7.6).
-
-    src_ids: the source ids with `<eos>`; tgt_ids: the target (e.g. the predicted translation)
-    without `<bos>`; the decoder reads `<bos>` + tgt_ids, which reproduces the weights seen
-    while decoding. Both are padded to a bucket width for the model and trimmed afterwards.
-    """
-    cfg = model_config.replace(deterministic=True, decode=False)
-    s, t = len(src_ids), len(tgt_ids) + 1
-    if s == 0:
-        raise ValueError("attention_weights needs a non-empty source.")
-    limit = cfg.position_limit
-    if limit is not None and max(s, t) > limit:
-        raise SourceTooLongError(
-            f"pair of lengths ({s}, {t}) exceeds the learned position table "
-            f"(model.max_len={limit})."
-        )
-    width_s, width_t = _round_up(s, LENGTH_BUCKET), _round_up(t, LENGTH_BUCKET)
-    if limit is not None:
-        width_s, width_t = min(width_s, limit), min(width_t, limit)
-    src = np.zeros((1, width_s), np.int32)
-    src[0, :s] = src_ids
-    tgt_in = np.zeros((1, width_t), np.int32)
-    tgt_in[0, :t] = [BOS_ID, *tgt_ids]
-    tree = _sown_attention(cfg, params, src, np.array([s], np.int32), tgt_in)
-    encoder = tree.get("encoder", {})
-    decoder = tree.get("decoder", {})
-    enc_self = _stack(encoder, "self_attention")[:, :, :s, :s]
-    dec_self = _stack(decoder, "self_attention")[:, :, :t, :t]
-    cross = _stack(decoder, "cross_attention")[:, :, :t, :s]
-    return AttentionMaps(
-        src_tokens=list(src_tokens) if src_tokens is not None else [str(i) for i in src_ids],
-        tgt_tokens=(list(tgt_tokens) if tgt_tokens is not None else ["<bos>", *map(str, tgt_ids)]),
-        encoder_self=enc_self,
-        decoder_self=dec_self,
-        cross=cross,
-    )
-
-
-def _stack(blocks: Any, kind: str) -> np.ndarray:
-    """Sown weights of `kind` in every `block_i`, batch row 0, stacked -> (L, H, Q, K)."""
-    layers = [
-        np.asarray(blocks[f"block_{i}"][kind]["attention_weights"][0])[0]
-        for i in range(len(blocks))
-        if f"block_{i}" in blocks
-    ]
-    return np.stack(layers) if layers else np.zeros((0, 0, 0, 0), np.float32)
-
-
-def _sown_attention(cfg: ModelConfig, params: Any, src, src_len, tgt_in) -> Any:
-    """The `intermediates` tree of one teacher-forced forward pass (jitted per shape)."""
-    return _sown_jit(cfg, params, jnp.asarray(src), jnp.asarray(src_len), jnp.asarray(tgt_in))
-
-
-def _sown(cfg: ModelConfig, params: Any, src, src_len, tgt_in) -> Any:
-    _, state = Transformer(cfg).apply(
-        {"params": params}, src, src_len, tgt_in, mutable=["intermediates"]
-    )
-    return state["intermediates"]
-
-
-_sown_jit = jax.jit(_sown, static_argnames=("cfg",))

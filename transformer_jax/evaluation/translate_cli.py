@@ -10,12 +10,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding.translate import (
-    EMPTY_MESSAGE,
-    attention_weights,
-    decode_settings,
-    translate_detailed,
-)
+from transformer_jax.decoding.attention_maps import attention_weights
+from transformer_jax.decoding.translate import EMPTY_MESSAGE, decode_settings, translate_detailed
 from transformer_jax.evaluation.report import book_style
 
 
