@@ -144,3 +144,23 @@ def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
             if n > 14:
                 seen.append(int(n))
     assert set(seen) == {22} and len(seen) == train_medium > 0
+
+
+def test_concat_fraction_adds_joined_pairs_to_training_only(tmp_path, small_zip, make_cfg, caplog):
+    base = pipeline.create_input_pipeline(make_cfg(small_zip), num_devices=1)
+    cfg = make_cfg(small_zip)
+    cfg.concat_fraction = 0.5
+    with caplog.at_level("INFO"):
+        pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    real = base.split_sizes["selected_train"]
+    added = len(pipe.train_iter._encoded) - len(base.train_iter._encoded)
+    assert 0 < added <= round(0.5 * real)
+    assert f"added {added} joined pairs to the {real} real training pairs" in caplog.text
+    # Evaluation data is untouched.
+    np.testing.assert_array_equal(pipe.eval_encoded.src, base.eval_encoded.src)
+    np.testing.assert_array_equal(pipe.test_encoded.tgt, base.test_encoded.tgt)
+    # A joined pair holds two sentences: two "." source tokens before its one <eos>.
+    dot = pipe.src_tokenizer.token_to_id(".")
+    encoded = pipe.train_iter._encoded  # noqa: SLF001
+    dots = [(row[:n] == dot).sum() for row, n in zip(encoded.src, encoded.src_len, strict=True)]
+    assert max(dots[len(base.train_iter._encoded) :]) >= 2

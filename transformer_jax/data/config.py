@@ -71,6 +71,10 @@ def data_config() -> ml_collections.ConfigDict:
     # "skip" (whole pairs only) or "truncate" (the book's truncate_pad to num_steps, which
     # the d2l variant keeps for parity; it may cut off a sentence and its <eos>).
     c.long_pairs = "skip"
+    # Concatenation augmentation (data/augment.py): add this many joined pairs ("a . b ." on
+    # both sides) per real training pair, drawn once with `shuffle_seed`, so that long inputs
+    # and outputs are not rare in training. 0 = off (the book's setting).
+    c.concat_fraction = 0.0
     # GLOBAL batch size in examples, split over process_count * local devices.
     c.batch_size = 128
     # > 0: training batches of about this many padded tokens per side instead (fairseq's
@@ -122,6 +126,15 @@ def validate_data_config(
         raise ValueError(
             f"data.long_pairs={cfg.long_pairs!r}; choose one of {LONG_PAIRS} ('skip' keeps "
             "whole pairs only, 'truncate' is the book's truncate_pad)."
+        )
+    if not 0 <= cfg.concat_fraction <= 1:
+        raise ValueError(
+            f"data.concat_fraction={cfg.concat_fraction} must be in [0, 1]: joined pairs per "
+            "real training pair (0 = off)."
+        )
+    if cfg.concat_fraction and cfg.long_pairs != "skip":
+        raise ValueError(
+            "data.concat_fraction > 0 needs data.long_pairs='skip': joined pairs must be whole."
         )
     if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 16:
         raise ValueError(f"data.vocab_size={cfg.vocab_size} is too small; use e.g. 8000.")

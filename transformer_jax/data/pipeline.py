@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import batching, bucketing, lengths, sources
+from transformer_jax.data import augment, batching, bucketing, lengths, sources
 from transformer_jax.data.config import validate_data_config
 from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
@@ -61,10 +61,13 @@ def create_input_pipeline(
     process_index: int = 0,
     process_count: int = 1,
     cache_dir: str | Path | None = None,
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
 ) -> InputPipeline:
     """Builds (if needed) and reads the dataset, builds tokenizers, and sets up batching.
 
     `cache_dir` holds trained SentencePiece models; default `<data_dir>/tokenizers`.
+    `tokenizers` (source, target), e.g. a workdir's saved ones, are used instead of building
+    them from the config.
     Every process reads the same splits and derives the same global order; each then
     materialises only its own slice of every batch.
     """
@@ -75,14 +78,16 @@ def create_input_pipeline(
     # Evenly spaced, not the first n: fra-eng's splits are stored shortest first.
     eval_pairs = sources.spread_subset(eval_pairs, cfg.num_eval_examples)
     cache_dir = Path(cache_dir) if cache_dir is not None else Path(cfg.data_dir) / "tokenizers"
-    src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
+    if tokenizers is not None:
+        src_tok, tgt_tok = tokenizers
+    else:
+        src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
 
     def encode(pairs):
         tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
-        encoded = pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
-        return tokenized, encoded
+        return pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
 
-    train_tokens, train_encoded = encode(train_pairs)
+    train_tokens = tokenize_pairs(train_pairs, src_tok, tgt_tok)
     stats = lengths.length_stats(
         train_tokens.src_len, train_tokens.tgt_len, cfg.max_src_len, cfg.max_tgt_len
     )
@@ -91,9 +96,24 @@ def create_input_pipeline(
     warning = lengths.coverage_warning(stats)
     if warning:
         logging.warning("Data: %s", warning)
+    if cfg.concat_fraction:  # after the statistics: they describe the real pairs
+        train_tokens = augment.concatenated_pairs(
+            train_tokens,
+            cfg.concat_fraction,
+            max_src_len=cfg.max_src_len,
+            max_tgt_len=cfg.max_tgt_len,
+            seed=cfg.shuffle_seed,
+        )
+        logging.info(
+            "Data: added %d joined pairs to the %d real training pairs (concat_fraction %g)",
+            len(train_tokens) - len(train_pairs),
+            len(train_pairs),
+            cfg.concat_fraction,
+        )
+    train_encoded = pack_pairs(train_tokens, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
     del train_tokens  # the lists of ids are large; the packed arrays are what batches read
-    _, eval_encoded = encode(eval_pairs)
-    _, test_encoded = encode(test_pairs)
+    eval_encoded = encode(eval_pairs)
+    test_encoded = encode(test_pairs)
 
     boundaries = None
     if cfg.bucketing:
