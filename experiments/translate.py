@@ -5,7 +5,9 @@ r"""Translate sentences with a trained run: flags in, `evaluation.translate_work
     python -m experiments.translate --workdir=runs/fra_eng --input_file=sentences.txt \
         --attention_plot=attention.png "he's calm ."
 
-Sentences come from the command line, else `--input_file` (one per line), else stdin.
+Sentences come from the command line (one per argument, even across a newline), else
+`--input_file` (one per line, split on `\n` only), else stdin. stdout gets exactly one line
+per sentence, in order; control characters of the input are replaced by spaces.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def test_read_sentences_from_args_file_and_stdin(tmp_path):
     assert read_sentences(["go .", "i lost ."]) == ["go .", "i lost ."]
     f = tmp_path / "in.txt"
     f.write_text("go .\n\ni lost .\n\n")
-    assert read_sentences([], str(f)) == ["go .", "", "i lost ."]
+    assert read_sentences([], str(f)) == ["go .", "", "i lost .", ""]  # one per line
     assert read_sentences([], None, io.StringIO("he's calm .\n")) == ["he's calm ."]
     assert read_sentences([], "-", io.StringIO("a\nb")) == ["a", "b"]
 
@@ -67,7 +67,7 @@ def test_translate_workdir_lines_messages_and_attention_plot(workdir, tmp_path):
     assert lines[3].endswith(
         "(input of 31 tokens, longer than the training limit 24: translated whole)"
     )
-    assert lines[4] == f"Attention of 'go .' written to {plot}"
+    assert len(lines) == 4  # one per sentence: the plot is noted in the log
     assert plot.stat().st_size > 1000
     beam = translate_workdir(workdir, ["go ."], beam_size=3)
     assert beam[0].startswith("go . => ")
@@ -112,18 +112,32 @@ def test_evaluate_scores_the_whole_test_split_by_default(workdir):
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
 def test_translate_command_reads_stdin(workdir):
+    # Every separator str.splitlines() knows, a CRLF line, a blank line, ANSI escapes and a
+    # lone "\r": six input lines give six output lines, in order, with no control character.
+    lines = [
+        "go .",
+        "i lost .\r",
+        "a\rb\x0cc\x1cd\x85e\u2028f\u2029g",
+        "",
+        "\x1b[31mhe's\x1b[0m calm .",
+        "i\x0bwon !",
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"],
-        input="go .\ni lost .\n",
+        input="\n".join(lines).encode() + b"\n",
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout.strip().splitlines()
+    out = proc.stdout.decode().split("\n")
+    assert out[-1] == "" and len(out) == len(lines) + 1, out
     assert out[0].startswith("go . =>") and out[1].startswith("i lost . =>")
+    assert out[2].startswith("a b c d e f g =>")
+    assert out[3] == "[3] <empty input: nothing to translate>"
+    assert out[4].startswith("he's calm . =>") and out[5].startswith("i won ! =>")
+    assert all(ch.isprintable() for line in out for ch in line), out
 
 
 def test_translate_command_without_checkpoint_says_how_to_train(tmp_path):

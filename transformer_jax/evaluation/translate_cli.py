@@ -9,10 +9,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from absl import logging
+
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.attention_maps import attention_weights
 from transformer_jax.decoding.translate import EMPTY_MESSAGE, decode_settings, translate_detailed
 from transformer_jax.evaluation.report import book_style
+from transformer_jax.evaluation.text_lines import clean_text, split_lines
 
 
 def read_sentences(
@@ -20,20 +23,23 @@ def read_sentences(
 ) -> list[str]:
     """Sentences from the command line, else from `input_file` ("-" = stdin), else stdin.
 
-    One sentence per line; trailing newlines are dropped, blank lines kept (they get a message).
+    Each argument is one sentence, even if it holds a newline (line breaks become spaces in
+    `translate_workdir`). A file or stdin holds one sentence per line, split on `\\n` only
+    (`\\r\\n` accepted; `text_lines.split_lines`): one output per input line, in order, blank
+    lines included (they get a message).
     """
     if args:
         return list(args)
     if input_file and input_file != "-":
-        text = Path(input_file).read_text(encoding="utf-8")
+        with open(input_file, encoding="utf-8", newline="") as handle:  # no newline translation
+            text = handle.read()
     elif stdin is not None:
-        text = stdin.read()
+        # The bytes: a text-mode sys.stdin turns a lone "\r" into a line break of its own.
+        buffer = getattr(stdin, "buffer", None)
+        text = buffer.read().decode("utf-8", errors="replace") if buffer else stdin.read()
     else:
         return []
-    lines = text.splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()  # the usual trailing newline of a file is not an empty sentence
-    return lines
+    return split_lines(text)
 
 
 def _token_names(tokenizer: Any, ids: Iterable[int]) -> list[str]:
@@ -53,21 +59,25 @@ def translate_workdir(
     attention_plot: str | Path | None = None,
     bundle: Any = None,
 ) -> list[str]:
-    """Translate `sentences` with the run in `workdir`; returns printable lines.
+    """Translate `sentences` with the run in `workdir`; returns one printable line each.
 
-    Inputs get the run's preprocessing (the book's lowercasing and punctuation spacing for
-    fra_eng). Each line is `source => translation`; an empty input gets a message instead,
-    an input longer than the training limit a note (it is translated whole). Decoding
-    settings not given come from the run config (`decode_settings`). With `attention_plot`,
-    the attention heatmaps of the first non-empty sentence and its translation are written
-    there as a PNG.
+    Control characters of the inputs become spaces (`text_lines.clean_text`: ANSI escapes,
+    line and paragraph separators, a lone `\\r`...), so an input is one sentence and one
+    output line, and nothing raw reaches the terminal. Inputs get the run's preprocessing
+    (the book's lowercasing and punctuation spacing for fra_eng). Each line is
+    `source => translation`; an empty input gets a message instead, an input longer than
+    the training limit a note (it is translated whole). Decoding settings not given come
+    from the run config (`decode_settings`). With `attention_plot`, the attention heatmaps
+    of the first non-empty sentence and its translation are written there as a PNG (noted
+    in the log, not in the returned lines).
     """
     from transformer_jax.data.preprocessing import preprocess_nmt
     from transformer_jax.training.checkpoints import load_for_inference
 
     bundle = bundle or load_for_inference(workdir, step, average_last=average_last)
     config, cfg = bundle.config, bundle.model_config
-    prepared = [preprocess_nmt(s.strip()) if book_style(config) else s.strip() for s in sentences]
+    cleaned = [clean_text(s).strip() for s in sentences]  # no control character goes further
+    prepared = [preprocess_nmt(s) if book_style(config) else s for s in cleaned]
     settings = decode_settings(
         config, beam_size=beam_size, alpha=alpha, max_decode_len=max_decode_len
     )
@@ -91,7 +101,7 @@ def translate_workdir(
                 f"   (input of {out.sources.long[i]} tokens, longer than the training limit "
                 f"{settings['trained_len']}: translated whole)"
             )
-        lines.append(f"{source} => {output}{suffix}")
+        lines.append(f"{source} => {clean_text(output)}{suffix}")
 
     if attention_plot:
         from transformer_jax.evaluation.plots import plot_attention
@@ -111,5 +121,6 @@ def translate_workdir(
             tgt_tokens=["<bos>", *_token_names(bundle.tgt_tokenizer, tgt)],
         )
         plot_attention(maps, attention_plot)
-        lines.append(f"Attention of {prepared[first]!r} written to {attention_plot}")
+        # On stderr (the absl log): stdout holds exactly one line per input sentence.
+        logging.info("Attention of %r written to %s", prepared[first], attention_plot)
     return lines

@@ -7,7 +7,8 @@ Workdir layout (everything a run needs to resume or translate):
     <workdir>/tokenizer/target/    target tokenizer
     <workdir>/checkpoints/<step>/  orbax: `state` (TrainState: step, params, opt_state, rng;
                                    host numpy), `data` (train iterator position, JSON),
-                                   `meta` (vocabulary sizes and fingerprints, JSON)
+                                   `meta` (vocabulary sizes and fingerprints, step,
+                                   digests of the state's leaves, JSON)
     <workdir>/metrics.jsonl        one JSON object per logged/evaluated step
     <workdir>/tensorboard/         TensorBoard event files (tensorboardX)
 """
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,13 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from transformer_jax.nn import ModelConfig
+from transformer_jax.training.read_noise import quiet_failed_reads
+from transformer_jax.training.state_checks import (
+    DIGEST_KEY,
+    StateShapeError,
+    check_restored,
+    leaf_digests,
+)
 
 CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
@@ -64,8 +74,12 @@ class InferenceBundle:
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
+    """Writes `<workdir>/config.json` atomically (a killed write leaves the old file whole)."""
     path = Path(workdir) / CONFIG_FILE
-    path.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_json_default))
+    text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_json_default)
+    temporary = path.with_name(f".{CONFIG_FILE}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
@@ -75,7 +89,13 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
             f"{path} not found: {workdir} is not a training workdir. Create one with: "
             + TRAIN_COMMAND.format(workdir=workdir)
         )
-    return ml_collections.ConfigDict(json.loads(path.read_text()))
+    try:
+        return ml_collections.ConfigDict(json.loads(path.read_text()))
+    except (OSError, ValueError) as error:
+        raise NoCheckpointError(
+            f"{path} cannot be read ({type(error).__name__}: {error}); restore it from a copy, "
+            "or train into a new workdir."
+        ) from error
 
 
 def _json_default(value: Any) -> Any:
@@ -130,15 +150,18 @@ def save_checkpoint(
 ) -> None:
     """Saves a host (numpy) TrainState with the data position; written asynchronously.
 
+    The meta records the step and a digest of every leaf, which `restore_latest` checks.
+
     Every process calls this (orbax synchronises them); numpy leaves are written by process 0.
     """
     step = int(state.step)
+    meta = {**meta, "step": step, DIGEST_KEY: leaf_digests(state)}  # checked on restore
     manager.save(
         step,
         args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=ocp.args.JsonSave(data_state),
-            meta=ocp.args.JsonSave({**meta, "step": step}),
+            meta=ocp.args.JsonSave(meta),
         ),
         force=True,
     )
@@ -162,41 +185,64 @@ def _restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any):
 
 
 def restore_latest(
-    manager: ocp.CheckpointManager, abstract_state: Any, *, quarantine: bool = True
+    manager: ocp.CheckpointManager,
+    abstract_state: Any,
+    *,
+    quarantine: bool = True,
+    check: Callable[[Any, dict, dict, int], None] | None = None,
 ) -> tuple[Any, dict, dict] | None:
-    """(state, data_state, meta) of the newest readable checkpoint, or None if there is none.
+    """(state, data_state, meta) of the newest usable checkpoint, or None if there is none.
 
-    An unreadable checkpoint is reported and the previous one used; with `quarantine` the bad
-    directory is moved to `<workdir>/checkpoints_corrupt/` so that the resumed run can save
-    that step again.
+    Each restored state is verified (`state_checks.check_restored`: tree and shapes equal to
+    `abstract_state`, params and optimizer moments finite, step consistent), then by `check`
+    if given (called as `check(state, data_state, meta, step)`; it raises
+    `CorruptCheckpointError` to reject one). A checkpoint that cannot be read or fails a check
+    is reported in one line and the previous one used; with `quarantine` it is moved to
+    `<workdir>/checkpoints_corrupt/` so that the resumed run can save that step again. A state
+    of other shapes than `abstract_state` raises `StateShapeError` (the config changed; the
+    checkpoint is fine and stays). orbax's per-array echo of a failed read is silenced
+    (`read_noise`).
     """
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
-        try:
-            return _restore(manager, step, abstract_state)
-        except Exception as error:  # orbax raises many types for a damaged directory
-            directory = Path(manager.directory) / str(step)
-            logging.error(
-                "Checkpoint %s is corrupt or unreadable (%s: %s); falling back to the previous "
-                "one.",
-                directory,
-                type(error).__name__,
-                str(error)[:500],
-            )
-            if quarantine:
-                _quarantine(manager, directory)
+        directory = Path(manager.directory) / str(step)
+        with quiet_failed_reads() as quiet:
+            try:
+                state, data_state, meta = _restore(manager, step, abstract_state)
+                check_restored(state, abstract_state, meta, step=step)
+                if check is not None:
+                    check(state, data_state, meta, step)
+                return state, data_state, meta
+            except StateShapeError:
+                raise
+            except Exception as error:  # orbax raises many types for a damaged directory
+                reason = f"{type(error).__name__}: {_one_line(error)}"
+            quiet.drain(quiet_for=0.2, limit=2.0)  # late echoes of the reads orbax abandoned
+        moved = _quarantine(manager, directory) if quarantine else None
+        logging.error(
+            "Checkpoint %s is corrupt or unusable (%s); %s; trying the previous one.",
+            directory,
+            reason,
+            f"moved to {moved}" if moved else "left in place",
+        )
     return None
 
 
-def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> None:
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> Path:
+    """Moves a bad step directory to `<workdir>/checkpoints_corrupt/<step>-<time>`."""
+    target = directory.parent.parent / CORRUPT_DIR / f"{directory.name}-{int(time.time())}"
     if jax.process_index() == 0 and directory.exists():
-        target = directory.parent.parent / CORRUPT_DIR / f"{directory.name}-{int(time.time())}"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(directory), str(target))
-        logging.error("Moved the corrupt checkpoint to %s.", target)
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(f"quarantine {directory}")
     manager.reload()
+    return target
 
 
 # --- inference ----------------------------------------------------------------------------
@@ -244,6 +290,7 @@ def load_for_inference(
             )
         else:
             restored = _restore(manager, step, abstract_state)
+            check_restored(restored[0], abstract_state, restored[2], step=step)
     finally:
         manager.close()
     if restored is None:

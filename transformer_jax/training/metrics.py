@@ -40,10 +40,15 @@ def sum_tree(metrics: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 class MetricWriter:
     """Appends `{"step", "split", ...}` lines to metrics.jsonl and scalars to TensorBoard.
 
-    Only process 0 writes; on other processes every method is a no-op.
+    Only process 0 writes; on other processes every method is a no-op. `purge_step`
+    (a resumed run's first step): TensorBoard hides the events of that step and later ones
+    left by the killed run (tensorboardX writes a SessionLog START at that step); their
+    metrics.jsonl records are dropped by `history.truncate_metrics`.
     """
 
-    def __init__(self, workdir: str | Path, *, enabled: bool = True):
+    def __init__(
+        self, workdir: str | Path, *, enabled: bool = True, purge_step: int | None = None
+    ) -> None:
         self.enabled = enabled
         self._tb = None
         self._jsonl = None
@@ -53,7 +58,7 @@ class MetricWriter:
 
         workdir = Path(workdir)
         self._jsonl = open(workdir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = SummaryWriter(str(workdir / TENSORBOARD_DIR))
+        self._tb = SummaryWriter(str(workdir / TENSORBOARD_DIR), purge_step=purge_step)
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
         if not self.enabled:
