@@ -26,6 +26,18 @@ config_flags.DEFINE_config_file(
     "config", None, "Run config file, e.g. configs/fra_eng.py:d2l.", lock_config=True
 )
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the config.")
+flags.DEFINE_string(
+    "init_from",
+    None,
+    "Another run's workdir: start this (new) run from its latest parameters, with a fresh "
+    "optimizer and its tokenizers (a fine-tune). Used while --workdir has no checkpoint.",
+)
+flags.DEFINE_bool(
+    "restart_from_scratch",
+    False,
+    "When --workdir holds a previous run but no usable checkpoint: move its metrics and "
+    "TensorBoard events to previous_runs/ and train from step 0 (refused without this flag).",
+)
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (multi-host only).")
 flags.DEFINE_integer("num_processes", 1, "Number of processes (multi-host only).")
 flags.DEFINE_integer("process_id", 0, "This process's index (multi-host only).")
@@ -40,6 +52,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from transformer_jax.training.workdir import WorkdirError, check_workdir
+
+    try:  # before anything is built: an unusable workdir is one line, not a traceback later
+        check_workdir(FLAGS.workdir)
+    except WorkdirError as error:
+        _fatal(str(error))
     from transformer_jax.training.runtime import configure_process
 
     try:  # first of all: XLA flags and host memory are fixed once JAX starts its backend
@@ -65,7 +83,26 @@ def main(argv: list[str]) -> None:
     except ValueError as error:
         print(f"FATAL: invalid config: {error}", file=sys.stderr)
         sys.exit(2)
-    training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    from transformer_jax.training.finetune import InitFromError
+    from transformer_jax.training.history import NoUsableCheckpointError
+    from transformer_jax.training.resume import ConfigMismatchError
+    from transformer_jax.training.state_checks import StateShapeError
+
+    try:  # a refused start changes nothing in the workdir
+        training.train_and_evaluate(
+            FLAGS.config,
+            FLAGS.workdir,
+            init_from=FLAGS.init_from or None,
+            restart_from_scratch=FLAGS.restart_from_scratch,
+        )
+    except (
+        ConfigMismatchError,
+        InitFromError,
+        NoUsableCheckpointError,
+        StateShapeError,
+        WorkdirError,
+    ) as error:
+        _fatal(str(error))
     if FLAGS.config.eval.num_test_examples >= 0:
         if jax.process_count() > 1:  # the report decodes on one host's devices
             logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
@@ -73,6 +110,11 @@ def main(argv: list[str]) -> None:
         from transformer_jax.evaluation.report import test_report
 
         test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
+
+
+def _fatal(message: str) -> None:
+    print(f"FATAL: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -204,27 +204,32 @@ def restore_latest(
     (`read_noise`).
     """
     steps = sorted(manager.all_steps(), reverse=True)
-    for step in steps:
-        directory = Path(manager.directory) / str(step)
-        with quiet_failed_reads() as quiet:
-            try:
-                state, data_state, meta = _restore(manager, step, abstract_state)
-                check_restored(state, abstract_state, meta, step=step)
-                if check is not None:
-                    check(state, data_state, meta, step)
-                return state, data_state, meta
-            except StateShapeError:
-                raise
-            except Exception as error:  # orbax raises many types for a damaged directory
-                reason = f"{type(error).__name__}: {_one_line(error)}"
-            quiet.drain(quiet_for=0.2, limit=2.0)  # late echoes of the reads orbax abandoned
-        moved = _quarantine(manager, directory) if quarantine else None
-        logging.error(
-            "Checkpoint %s is corrupt or unusable (%s); %s; trying the previous one.",
-            directory,
-            reason,
-            f"moved to {moved}" if moved else "left in place",
-        )
+    failed = False
+    with quiet_failed_reads() as quiet:
+        try:
+            for step in steps:
+                directory = Path(manager.directory) / str(step)
+                try:
+                    state, data_state, meta = _restore(manager, step, abstract_state)
+                    check_restored(state, abstract_state, meta, step=step)
+                    if check is not None:
+                        check(state, data_state, meta, step)
+                    return state, data_state, meta
+                except StateShapeError:
+                    raise
+                except Exception as error:  # orbax raises many types for a damaged directory
+                    reason = f"{type(error).__name__}: {_one_line(error)}"
+                failed = True
+                moved = _quarantine(manager, directory) if quarantine else None
+                logging.error(
+                    "Checkpoint %s is corrupt or unusable (%s); %s; trying the previous one.",
+                    directory,
+                    reason,
+                    f"moved to {moved}" if moved else "left in place",
+                )
+        finally:
+            if failed:  # late echoes of the reads orbax abandoned (slower on a busy machine)
+                quiet.drain(quiet_for=0.5, limit=5.0)
     return None
 
 

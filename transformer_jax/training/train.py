@@ -18,7 +18,6 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from absl import logging
 
 from transformer_jax import data as data_lib
 from transformer_jax.decoding import DecodingWarning, decode_settings, translate
@@ -26,17 +25,21 @@ from transformer_jax.evaluation.bleu import corpus_bleu, detokenize_book
 from transformer_jax.evaluation.report import book_style
 from transformer_jax.nn import Transformer
 from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.training import finetune, history
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
+from transformer_jax.training.resume import ConfigChange, check_resume_config, log_changes
 from transformer_jax.training.runtime import configure_process
 from transformer_jax.training.state import (
     abstract_train_state,
     create_train_state,
     model_config_from,
 )
+from transformer_jax.training.state_checks import check_restored, nonfinite_leaves
 from transformer_jax.training.step import eval_step, step_kwargs, train_step, train_steps
+from transformer_jax.training.workdir import check_workdir
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -57,53 +60,126 @@ def train_and_evaluate(
     config: ml_collections.ConfigDict,
     workdir: str | Path,
     *,
+    init_from: str | Path | None = None,
+    restart_from_scratch: bool = False,
     after_step: Callable[[StepEnd], bool] | None = None,
 ) -> dict[str, Any]:
     """Trains (or resumes) in `workdir`, evaluates, checkpoints; returns the final eval metrics.
+
+    A workdir is one run. A config that changes its model, vocabulary or data is refused
+    before anything is written (`resume.ConfigMismatchError`); keys a resume may change are
+    recorded. `init_from` (another workdir) starts a new run from that run's parameters with
+    a fresh optimizer (`finetune`); it is used only while `workdir` has no checkpoint, so
+    re-running the same command resumes the fine-tune. A workdir whose checkpoints are all
+    unusable is not trained over (`history.NoUsableCheckpointError`) unless
+    `restart_from_scratch`, which moves the old history aside and starts from step 0.
 
     `after_step`, for measurements only (time to BLEU, compile counts): called on the host
     after every device call; returning True ends the run there as if it were the last step.
     """
     # ---------------------------------------------------------------- validate and set up
-    workdir = Path(workdir)
+    workdir = check_workdir(workdir)
     configure_process(config)  # before anything computes (XLA flags, host memory)
     validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
+    changes = check_resume_config(config, workdir)  # writes nothing; raises on refused keys
+    if init_from is not None:
+        init_from = finetune.check_init_from(init_from, workdir)
     is_main = jax.process_index() == 0
-    if is_main:
-        workdir.mkdir(parents=True, exist_ok=True)
-        _save_config(config, workdir)
     parallel = DataParallel.create(config.parallelism)
-    writer = MetricWriter(workdir, enabled=is_main)
 
     # ---------------------------------------------------------------- data
+    own_tokenizers = workdir / ckpt.TOKENIZER_DIR
+    tokenizer_dir = (
+        own_tokenizers
+        if own_tokenizers.is_dir()
+        else (init_from / ckpt.TOKENIZER_DIR if init_from is not None else None)
+    )
     pipeline = data_lib.create_input_pipeline(
         config.data,
         num_devices=jax.local_device_count(),
         process_index=jax.process_index(),
         process_count=jax.process_count(),
+        tokenizers=data_lib.load_tokenizers(tokenizer_dir) if tokenizer_dir else None,
     )
     src_tok, tgt_tok = pipeline.src_tokenizer, pipeline.tgt_tokenizer
     train_iter = pipeline.train_iter
     total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
-    if is_main and not (workdir / ckpt.TOKENIZER_DIR).is_dir():
-        data_lib.save_tokenizers(src_tok, tgt_tok, workdir / ckpt.TOKENIZER_DIR)
     vocab_meta = ckpt.vocabulary_meta(src_tok, tgt_tok)
 
     # ---------------------------------------------------------------- model and optimizer
     model_config = model_config_from(config, src_tok.vocab_size, tgt_tok.vocab_size)
     tx, schedule = make_optimizer(config, model_config.model_dim, total_steps)
+    abstract_state = abstract_train_state(model_config, tx)
 
     # ---------------------------------------------------------------- restore or initialise
+    if is_main:
+        workdir.mkdir(parents=True, exist_ok=True)
     manager = ckpt.make_manager(workdir, keep=config.keep_checkpoints)
-    restored = ckpt.restore_latest(manager, abstract_train_state(model_config, tx))
-    if restored is not None:
-        state, data_state, meta = restored
-        ckpt.check_vocabulary_meta(meta, src_tok, tgt_tok)
-        train_iter.set_state(data_state)
-        log("Resumed from step %d (%s)", int(state.step), manager.directory)
-    else:
-        state = create_train_state(model_config, tx, config.seed)
+
+    def check_data_position(state: Any, data_state: dict, meta: dict, step: int) -> None:
+        check_restored(
+            state,
+            abstract_state,
+            meta,
+            step=step,
+            data_state=data_state,
+            batches_per_epoch=train_iter.batches_per_epoch,
+        )
+
+    try:
+        restored = ckpt.restore_latest(manager, abstract_state, check=check_data_position)
+        if restored is not None:
+            state, data_state, meta = restored
+            ckpt.check_vocabulary_meta(meta, src_tok, tgt_tok)
+            train_iter.set_state(data_state)
+            vocab_meta.update({k: meta[k] for k in finetune.PROVENANCE_KEYS if k in meta})
+            dropped = history.truncate_metrics(workdir, int(state.step)) if is_main else 0
+            log(
+                "Resumed from step %d (%s)%s",
+                int(state.step),
+                manager.directory,
+                f"; dropped {dropped} metrics.jsonl records of later steps" if dropped else "",
+            )
+            if restart_from_scratch:
+                log("--restart_from_scratch ignored: %s has a usable checkpoint.", workdir)
+        else:
+            lost = history.lost_history(workdir)
+            if lost and not restart_from_scratch:
+                raise history.NoUsableCheckpointError(
+                    f"{workdir} has no usable checkpoint but holds a previous run ({lost}); "
+                    "refusing to train over it from step 0. Re-run with --restart_from_scratch "
+                    "to move its history to previous_runs/ and start again, or use a new --workdir."
+                )
+            if lost and is_main:
+                log(
+                    "Restarting from scratch: moved %s to %s",
+                    lost,
+                    history.move_history_aside(workdir),
+                )
+            if init_from is not None:
+                state, source_step = finetune.init_from_state(
+                    init_from, abstract_state, tx, config.seed
+                )
+                vocab_meta.update(finetune.provenance(init_from, source_step))
+                log(
+                    "Fine-tuning the parameters of %s (step %d), fresh optimizer",
+                    init_from,
+                    source_step,
+                )
+            else:
+                state = create_train_state(model_config, tx, config.seed)
+    except BaseException:  # a refused start leaves no manager threads behind
+        manager.close()
+        raise
     start_step = int(state.step)
+    if is_main:  # only now: a refused or failed start leaves the workdir as it was
+        _save_config(config, workdir, changes)
+        if not own_tokenizers.is_dir():
+            data_lib.save_tokenizers(src_tok, tgt_tok, own_tokenizers)
+    # TensorBoard hides events of steps after the restored one (written before a kill).
+    writer = MetricWriter(
+        workdir, enabled=is_main, purge_step=start_step + 1 if start_step else None
+    )
     log(
         "Training %s for %d steps (%d per epoch) from step %d on %d devices (%s), %s params",
         workdir,
@@ -140,7 +216,7 @@ def train_and_evaluate(
     device_state = parallel.put_replicated(state)
     del state  # the device copy is donated to the step from here on
 
-    def evaluate(step: int) -> dict[str, float]:
+    def evaluate(step: int, record: bool = True) -> dict[str, float]:
         sums = []
         for i, batch in enumerate(pipeline.eval_batches("eval")):
             if config.eval.num_batches and i >= config.eval.num_batches:
@@ -154,7 +230,7 @@ def train_and_evaluate(
                 parallel.get_replicated(device_state.params),
                 eval_model_config,
                 pipeline,
-                writer,
+                writer if record else None,
                 step,
             )
             if is_main
@@ -162,7 +238,8 @@ def train_and_evaluate(
         )
         if bleu is not None:
             summary["bleu"] = bleu
-        writer.write(step, "eval", summary)
+        if record:
+            writer.write(step, "eval", summary)
         log(
             "eval @ step %d | loss %.4f | ppl %.2f | accuracy %.3f%s",
             step,
@@ -178,12 +255,10 @@ def train_and_evaluate(
 
     def checkpoint(step: int) -> None:
         host_state = parallel.get_replicated(device_state)
-        leaves = jax.tree_util.tree_leaves_with_path(host_state.params)
-        bad = [jax.tree_util.keystr(path) for path, x in leaves if not np.isfinite(x).all()]
+        bad = nonfinite_leaves(host_state)  # params and optimizer moments
         if bad:
             raise NonFiniteLossError(
-                f"Non-finite parameters after step {step} ({', '.join(bad[:5])}); "
-                "not saving this state."
+                f"Non-finite state after step {step} ({', '.join(bad[:5])}); not saving this state."
             )
         ckpt.save_checkpoint(manager, host_state, train_iter.get_state(), vocab_meta)
 
@@ -242,12 +317,16 @@ def train_and_evaluate(
         # ---------------------------------------------------------------- final evaluation
         if final is None:  # nothing left to train: the checkpoint was already at the last step
             log("Nothing to train: the checkpoint is at step %d of %d.", start_step, total_steps)
-            final = evaluate(start_step)
+            final = evaluate(start_step, record=False)  # already in metrics.jsonl
+            previous = history.last_record(workdir, "train") if is_main else None
+            if previous and previous.get("loss") is not None:
+                summary = {"loss": previous["loss"]}
     finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
         manager.wait_until_finished()
         manager.close()
         writer.close()
-    final["train_loss"] = summary.get("loss", float("nan"))
+    if "loss" in summary:
+        final["train_loss"] = summary["loss"]
     log("Final validation: %s", json.dumps({k: round(v, 4) for k, v in final.items()}))
     return final
 
@@ -267,29 +346,17 @@ def _check_finite(host_metrics: list[tuple[int, dict[str, np.ndarray]]]) -> None
             if not np.isfinite(metrics[key]):
                 raise NonFiniteLossError(
                     f"{key} is {float(metrics[key])} at step {step}: the run is stopped and "
-                    "this state is not saved. Lower learning_rate, set clip_norm, or resume "
-                    "from the last checkpoint with another seed."
+                    "this state is not saved. Lower learning_rate or set clip_norm (a resume "
+                    "with --config.learning_rate=... is accepted and recorded)."
                 )
 
 
-def _save_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
-    previous = workdir / ckpt.CONFIG_FILE
-    if previous.is_file():
-        old = ckpt.load_config(workdir).to_dict()
-        changed = _diff("", old, json.loads(json.dumps(config.to_dict(), default=list)))
-        if changed:
-            logging.warning("Config differs from the one in %s: %s", previous, changed)
+def _save_config(
+    config: ml_collections.ConfigDict, workdir: Path, changes: list[ConfigChange]
+) -> None:
+    """Records the config of the run (with the accepted changes of a resume, logged)."""
+    log_changes(changes, workdir)
     ckpt.save_config(config, workdir)
-
-
-def _diff(prefix: str, old: Any, new: Any) -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            d
-            for k in sorted(set(old) | set(new))
-            for d in _diff(f"{prefix}{k}.", old.get(k), new.get(k))
-        ]
-    return [] if old == new else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
 
 
 def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
@@ -318,6 +385,7 @@ def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
     ]
     for line in shown:
         log("  %s", line)
-    writer.write_text(step, "eval/translations", "\n\n".join(shown))
+    if writer is not None:
+        writer.write_text(step, "eval/translations", "\n\n".join(shown))
     log("BLEU on %d pairs: %.2f (%.1fs)", len(pairs), bleu, time.perf_counter() - start)
     return bleu
