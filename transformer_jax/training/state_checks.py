@@ -35,7 +35,8 @@ DIGEST_KEY = "leaf_digests"  # in a checkpoint's meta: {leaf path: blake2b of it
 def leaf_digests(tree: Any) -> dict[str, str]:
     """{path: 128-bit blake2b of dtype, shape and bytes} for every leaf of a host pytree.
 
-    About 1 GB/s: ~25 ms for the default run's state (params and two Adam moments).
+    One pass over the state's bytes per save and per restore (24 MB took 0.8 s on the shared
+    2-core machine under load, nice 19), never in the step loop.
     """
     out = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
