@@ -35,6 +35,7 @@ from benchmarks import common
 from benchmarks.time_to_bleu import add_config_args, load_config
 from transformer_jax.data import bucketing, create_input_pipeline
 from transformer_jax.nn.precision import resolve_dtype
+from transformer_jax.runtime import configure_process
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
@@ -43,7 +44,6 @@ from transformer_jax.training import (
     step_kwargs,
     train_step,
 )
-from transformer_jax.training.runtime import configure_process
 
 
 def _shape(batch: dict[str, np.ndarray]) -> tuple[int, int]:

@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from transformer_jax.runtime import configure_process
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
@@ -25,7 +26,6 @@ from transformer_jax.training import (
     step_kwargs,
     train_step,
 )
-from transformer_jax.training.runtime import configure_process
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/fra_eng.py.")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from transformer_jax.training.host_memory import MODES as HOST_MEMORY_MODES
+from transformer_jax.runtime.host_memory import MODES as HOST_MEMORY_MODES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (parameter init, dropout, shuffling).")

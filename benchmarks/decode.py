@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from transformer_jax.training import host_memory
+from transformer_jax import runtime
+from transformer_jax.runtime import host_memory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "small", "Model variant from configs/model.py.")
@@ -76,8 +77,11 @@ def main(argv: list[str]) -> None:
     from configs import model as model_configs
     from transformer_jax.decoding import beam_decode, greedy_decode
     from transformer_jax.nn import ModelConfig
+    from transformer_jax.training.config import training_defaults
 
-    host_memory.apply(FLAGS.host_memory)  # before the first computation
+    process = training_defaults()  # the run config's process settings, from the flags
+    process.host_memory = FLAGS.host_memory
+    runtime.configure_process(process)  # before the first computation
 
     section = model_configs.get_config(FLAGS.variant).to_dict()
     cfg = ModelConfig.from_dict(

@@ -28,7 +28,8 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.train_step import jax_model_config
-from transformer_jax.training import host_memory
+from transformer_jax import runtime
+from transformer_jax.runtime import host_memory
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
@@ -68,7 +69,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--host_memory", default="reuse", choices=host_memory.MODES)
     args = parser.parse_args()
-    host_memory.apply(args.host_memory)  # before the first computation
+    process = training_defaults()  # the run config's process settings, from the flags
+    process.host_memory = args.host_memory
+    runtime.configure_process(process)  # before the first computation
 
     s = common.SETTINGS[args.settings]
     model_config = jax_model_config(s, args.dtype).replace(

@@ -39,9 +39,9 @@ from benchmarks import common
 from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
 from transformer_jax.evaluation.bleu import format_length_table
 from transformer_jax.evaluation.report import evaluate_bundle
+from transformer_jax.runtime import configure_process
 from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR, InferenceBundle
 from transformer_jax.training.config import load_config_file
-from transformer_jax.training.runtime import configure_process
 from transformer_jax.training.state import model_config_from
 from transformer_jax.training.train import StepEnd, train_and_evaluate
 

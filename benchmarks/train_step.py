@@ -26,8 +26,9 @@ import jax
 import numpy as np
 
 from benchmarks import common
+from transformer_jax import runtime
 from transformer_jax.nn import ModelConfig
-from transformer_jax.training import host_memory, xla_flags
+from transformer_jax.runtime import host_memory
 from transformer_jax.training.config import training_defaults
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
@@ -153,12 +154,20 @@ def main() -> None:
         "--host_memory",
         default="reuse",
         choices=host_memory.MODES,
-        help="as a run config's host_memory (training/host_memory.py); torch, in the same "
+        help="as a run config's host_memory (transformer_jax/runtime); torch, in the same "
         "process, runs with it too",
     )
+    parser.add_argument(
+        "--threefry_lowering",
+        default="auto",
+        choices=runtime.threefry.CHOICES,
+        help="as a run config's threefry_lowering (transformer_jax/runtime)",
+    )
     args = parser.parse_args()
-    xla_flags.apply(args.xla_flags)  # before the first computation
-    host_memory.apply(args.host_memory)
+    process = training_defaults()  # the run config's process settings, from the flags
+    process.xla_flags, process.host_memory = args.xla_flags, args.host_memory
+    process.threefry_lowering = args.threefry_lowering
+    runtime.configure_process(process)  # before the first computation
 
     peak = common.matmul_peak()
     print(

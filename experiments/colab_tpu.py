@@ -39,6 +39,21 @@ if importlib.util.find_spec("transformer_jax") is None:
     os.chdir("/content/transformer_jax")
 
 # %% [markdown]
+# ## The run config, and the process settings it makes
+# `runtime.configure_process` applies the config's XLA flags, host allocator and Threefry
+# lowering; XLA flags and the allocator only take effect before JAX starts its backend,
+# so this cell comes before anything touches a device.
+
+# %%
+from configs import fra_eng
+from transformer_jax import runtime
+
+config = fra_eng.get_config(CONFIG_ARG or None)
+if NUM_TRAIN_STEPS:
+    config.num_train_steps, config.num_epochs = NUM_TRAIN_STEPS, 0
+runtime.configure_process(config)
+
+# %% [markdown]
 # ## Which accelerator?
 
 # %%
@@ -55,12 +70,8 @@ if platform == "cpu":
 # split across them. Re-running this cell resumes from the last checkpoint in `WORKDIR`.
 
 # %%
-from configs import fra_eng
 from transformer_jax.training import train_and_evaluate
 
-config = fra_eng.get_config(CONFIG_ARG or None)
-if NUM_TRAIN_STEPS:
-    config.num_train_steps, config.num_epochs = NUM_TRAIN_STEPS, 0
 final = train_and_evaluate(config, WORKDIR)
 print({k: round(v, 3) for k, v in final.items() if isinstance(v, float)})
 

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
         check_workdir(FLAGS.workdir)
     except WorkdirError as error:
         _fatal(str(error))
-    from transformer_jax.training.runtime import configure_process
+    from transformer_jax.runtime import configure_process
 
     try:  # first of all: XLA flags and host memory are fixed once JAX starts its backend
         configure_process(FLAGS.config)

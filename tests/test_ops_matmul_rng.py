@@ -1,4 +1,6 @@
-"""ops.einsum (float32-accumulating low-precision matmuls) and the unrolled CPU Threefry."""
+"""ops.einsum: float32-accumulating low-precision matmuls and their tuned gradients."""
+
+import functools
 
 import jax
 import jax.extend
@@ -7,7 +9,6 @@ import numpy as np
 import pytest
 
 from transformer_jax import ops
-from transformer_jax.ops import fast_rng
 
 SPECS = [
     ("BTD,DF->BTF", (2, 5, 8), (8, 12)),
@@ -24,8 +25,9 @@ def _operands(shape_a, shape_b, seed=0):
     return rng.normal(size=shape_a), rng.normal(size=shape_b)
 
 
+@pytest.mark.parametrize("gradients", ops.GRADIENTS)
 @pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
-def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b):
+def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b, gradients):
     a, b = _operands(shape_a, shape_b)
     # bf16-representable inputs, so the only error left is the bf16 cast of the output
     # and of the cotangent; float32 accumulation keeps it at bf16 resolution (~0.4 %).
@@ -35,7 +37,7 @@ def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b):
     g = np.asarray(jnp.asarray(g, jnp.bfloat16), np.float64)
 
     def loss(x, y):
-        out = ops.einsum(spec, x, y, out_dtype=jnp.float32)
+        out = ops.einsum(spec, x, y, out_dtype=jnp.float32, gradients=gradients)
         return jnp.sum(out * jnp.asarray(g, jnp.float32))
 
     out = ops.einsum(spec, jnp.asarray(a, jnp.bfloat16), jnp.asarray(b, jnp.bfloat16))
@@ -59,7 +61,8 @@ def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b):
 
 def _transposed_shapes(spec, a, b):
     """Shapes of the arrays the einsum gradient transposes (jaxpr `transpose` inputs)."""
-    jaxpr = jax.make_jaxpr(jax.grad(lambda x, y: jnp.sum(ops.einsum(spec, x, y)), (0, 1)))(a, b)
+    loss = lambda x, y: jnp.sum(ops.einsum(spec, x, y, gradients="tuned"))  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.grad(loss, (0, 1)))(a, b)
     shapes = []
 
     def walk(jx):
@@ -100,7 +103,7 @@ def test_float32_forward_is_plain_einsum():
 
 def test_bf16_weight_gradient_under_shard_map_is_summed_over_devices():
     """A replicated weight times sharded activations inside shard_map (check_vma=True):
-    the custom VJP's gradient must come back replicated, summed over the batch shards,
+    the tuned VJP's gradient must come back replicated, summed over the batch shards,
     as plain einsum's does (it raised a type error before `pcast`)."""
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
@@ -123,17 +126,20 @@ def test_bf16_weight_gradient_under_shard_map_is_summed_over_devices():
         return np.asarray(jax.jit(mapped)(w, x), np.float64)
 
     plain = lambda s, a, b: jnp.einsum(s, a, b, preferred_element_type=jnp.float32)  # noqa: E731
-    np.testing.assert_allclose(grad_with(ops.einsum), grad_with(plain), rtol=2e-2)
+    for gradients in ops.GRADIENTS:
+        ours = functools.partial(ops.einsum, gradients=gradients)
+        np.testing.assert_allclose(grad_with(ours), grad_with(plain), rtol=2e-2)
 
 
+@pytest.mark.parametrize("gradients", ops.GRADIENTS)
 @pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
-def test_float32_gradients_match_float64(spec, shape_a, shape_b):
-    """float32 has the same own VJP (layouts only); gradients against float64."""
+def test_float32_gradients_match_float64(spec, shape_a, shape_b, gradients):
+    """float32 has the same tuned VJP (layouts only); gradients against float64."""
     a, b = _operands(shape_a, shape_b, seed=2)
     g = np.random.default_rng(3).normal(size=np.einsum(spec, a, b).shape)
 
     def loss(x, y):
-        return jnp.sum(ops.einsum(spec, x, y) * jnp.asarray(g, jnp.float32))
+        return jnp.sum(ops.einsum(spec, x, y, gradients=gradients) * jnp.asarray(g, jnp.float32))
 
     da, db = jax.grad(loss, argnums=(0, 1))(
         jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)
@@ -160,39 +166,16 @@ def test_mixed_dtypes_and_lonely_indices_are_rejected():
         ops.einsum("MKX,KN->MN", jnp.ones((2, 3, 2), jnp.bfloat16), jnp.ones((3, 4), jnp.bfloat16))
 
 
-def _dropout_bits():
-    # A fresh function each time: the lowering is chosen when a function is traced.
-    key = jax.random.fold_in(jax.random.key(3), 7)
-    return np.asarray(jax.jit(lambda k: jax.random.bits(k, (64, 33), jnp.uint32))(key))
-
-
-def test_unrolled_threefry_gives_the_same_bits_without_loops():
-    assert fast_rng.available()
-    try:
-        fast_rng.disable()
-        rolled = _dropout_bits()
-        rolled_hlo = jax.jit(lambda k: jax.random.bits(k, (8,))).lower(jax.random.key(0)).as_text()
-        fast_rng.enable()
-        unrolled = _dropout_bits()
-        unrolled_hlo = (
-            jax.jit(lambda k: jax.random.bits(k, (9,))).lower(jax.random.key(0)).as_text()
-        )
-    finally:
-        fast_rng.enable_unless_opted_out()
-    np.testing.assert_array_equal(rolled, unrolled)
-    assert "while" in rolled_hlo and "while" not in unrolled_hlo
-
-
 def test_hessian_vector_products_differentiate_the_custom_vjp():
-    """Reverse-over-reverse through attention's custom VJPs (batched dots, softmax) equals
-    the same through plain jnp.einsum and jax.nn.softmax."""
+    """Reverse-over-reverse through attention's tuned VJPs (batched dots) and softmax's
+    JVP rule equals the same through plain jnp.einsum and jax.nn.softmax."""
     rng = np.random.default_rng(7)
     a, b = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 3, 5, 4), (2, 3, 6, 4)))
     v = jnp.asarray(rng.normal(size=a.shape), jnp.float32)
 
     def ours(x):
-        w = ops.masked_softmax(ops.einsum("BHTK,BHSK->BHTS", x, b), None)
-        return jnp.sum(ops.einsum("BHTS,BHSK->BHTK", w, b) ** 2)
+        w = ops.masked_softmax(ops.einsum("BHTK,BHSK->BHTS", x, b, gradients="tuned"), None)
+        return jnp.sum(ops.einsum("BHTS,BHSK->BHTK", w, b, gradients="tuned") ** 2)
 
     def plain(x):
         w = jax.nn.softmax(jnp.einsum("BHTK,BHSK->BHTS", x, b))

@@ -46,9 +46,8 @@ WORKER = textwrap.dedent(
     import jax, numpy as np, ml_collections
     from jax.flatten_util import ravel_pytree
     from configs import model as model_configs
-    from transformer_jax.nn import Transformer
     from transformer_jax.training import (DataParallel, create_train_state, make_optimizer,
-        model_config_from, train_step, training_defaults)
+        model_config_from, step_kwargs, train_step, training_defaults)
     import functools
 
     GLOBAL_BATCH, S, T, V, STEPS = 8, 7, 6, 23, 3
@@ -78,9 +77,8 @@ WORKER = textwrap.dedent(
         model_config = model_config_from(config, V, V)
         tx, schedule = make_optimizer(config, model_config.model_dim)
         parallel = DataParallel.create(parallelism)
-        step = parallel.map_train_step(functools.partial(
-            train_step, model=Transformer(model_config), tx=tx, schedule=schedule,
-            label_smoothing=config.label_smoothing, grad_accum_steps=grad_accum_steps))
+        step = parallel.map_train_step(functools.partial(  # the train loop's binding
+            train_step, **step_kwargs(config, model_config, tx, schedule)))
         state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
         losses = []
         for i in range(STEPS):

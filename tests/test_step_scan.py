@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from configs import model as model_configs
-from transformer_jax.nn import Transformer
+from transformer_jax.runtime import threefry
 from transformer_jax.training import (
     DataParallel,
     create_train_state,
     make_optimizer,
     model_config_from,
+    step_kwargs,
     train_step,
     train_steps,
     training_defaults,
@@ -48,14 +49,8 @@ def _tiny_setup(**overrides):
     config.update(overrides)
     model_config = model_config_from(config, V, V)
     tx, schedule = make_optimizer(config, model_config.model_dim)
-    kwargs = dict(
-        model=Transformer(model_config),
-        tx=tx,
-        schedule=schedule,
-        label_smoothing=0.1,
-        grad_accum_steps=1,
-    )
-    return model_config, tx, kwargs
+    # The train loop's own binding: the run config's `gradients` rule ("tuned") included.
+    return model_config, tx, step_kwargs(config, model_config, tx, schedule)
 
 
 def _tiny_step(kind: str):
@@ -94,7 +89,10 @@ def test_scanned_steps_equal_single_steps(kind):
 
 
 def _compiled_pmap_step() -> tuple[str, int]:
-    """(compiled HLO text, number of state buffers) of the tiny model's one-device pmap step."""
+    """(compiled HLO text, number of state buffers) of the tiny model's one-device pmap step,
+    compiled as a launcher's process does (`runtime.configure_process`: unrolled Threefry;
+    JAX's rolled loop would copy its state every round)."""
+    threefry.apply(training_defaults().threefry_lowering)
     parallel, step, state = _tiny_step("pmap")
     hlo = step.lower(state, parallel.put_batch(_batch(0))).compile().as_text()
     return hlo, len(jax.tree.leaves(state))

@@ -1,8 +1,8 @@
-"""transformer_jax: a JAX/Flax functional research framework for Transformer seq2seq models."""
+"""transformer_jax: a JAX/Flax functional research framework for Transformer seq2seq models.
+
+Importing it changes nothing outside the package; process tuning (XLA flags, the host
+allocator, JAX's CPU lowering of Threefry) is applied explicitly with
+`transformer_jax.runtime.configure_process(config)`.
+"""
 
 __version__ = "0.1.0"
-
-from transformer_jax.ops import fast_rng as _fast_rng  # noqa: E402
-
-# Same random bits as JAX's default, without a while loop per draw on CPU (see the module).
-_fast_rng.enable_unless_opted_out()

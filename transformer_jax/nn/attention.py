@@ -25,6 +25,7 @@ class HeadProjection(nn.Module):
     head_dim: int
     use_bias: bool
     dtype: jnp.dtype
+    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -32,7 +33,7 @@ class HeadProjection(nn.Module):
         init = nn.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
         kernel = self.param("kernel", init, (x.shape[-1], h, k), jnp.float32)
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum("BTD,DHK->BHTK", x, kernel, out_dtype=jnp.float32)
+        y = ops.einsum("BTD,DHK->BHTK", x, kernel, out_dtype=jnp.float32, gradients=self.gradients)
         if self.use_bias:
             bias = self.param("bias", nn.initializers.zeros, (h, k), jnp.float32)
             y = y + bias[None, :, None, :]
@@ -45,13 +46,14 @@ class HeadOutput(nn.Module):
     features: int
     use_bias: bool
     dtype: jnp.dtype
+    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         init = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
         kernel = self.param("kernel", init, (x.shape[1], x.shape[3], self.features), jnp.float32)
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum("BHTK,HKD->BTD", x, kernel, out_dtype=jnp.float32)
+        y = ops.einsum("BHTK,HKD->BTD", x, kernel, out_dtype=jnp.float32, gradients=self.gradients)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
         return y.astype(self.dtype)  # (B, T, D)
@@ -81,10 +83,10 @@ class MultiHeadAttention(nn.Module):
     def setup(self) -> None:
         cfg = self.config
         h, k, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
-        self.query = HeadProjection(h, k, cfg.use_bias, dt)
-        self.key = HeadProjection(h, k, cfg.use_bias, dt)
-        self.value = HeadProjection(h, k, cfg.use_bias, dt)
-        self.out = HeadOutput(cfg.model_dim, cfg.use_bias, dt)
+        self.query = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
+        self.key = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
+        self.value = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
+        self.out = HeadOutput(cfg.model_dim, cfg.use_bias, dt, cfg.gradients)
         if cfg.attention_kind == "additive":
             a = cfg.additive_dim or k
             init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
@@ -116,7 +118,7 @@ class MultiHeadAttention(nn.Module):
         q = _group_rows(q, groups)  # (B, H, W·T, K)
 
         if cfg.attention_kind == "dot":
-            scores = ops.dot_product_scores(q, key)  # (B, H, T, S)
+            scores = ops.dot_product_scores(q, key, gradients=cfg.gradients)  # (B, H, T, S)
         else:
             dt = cfg.compute_dtype
             q_f = jnp.einsum("BHTK,HKA->BHTA", q, self.additive_query.astype(dt))
@@ -131,6 +133,7 @@ class MultiHeadAttention(nn.Module):
             dropout_rate=cfg.attention_dropout_rate,
             dropout_rng=None if deterministic else self.make_rng("dropout"),
             deterministic=deterministic,
+            gradients=cfg.gradients,
         )  # (B, H, T, K), (B, H, T, S)
         out, weights = _ungroup_rows(out, groups), _ungroup_rows(weights, groups)
         self.sow("intermediates", "attention_weights", weights)

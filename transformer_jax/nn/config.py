@@ -14,6 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from transformer_jax.nn import precision
+from transformer_jax.ops.matmul import GRADIENTS
 
 NORM_PLACEMENTS = ("post", "pre", "rezero")
 NORM_KINDS = ("layer", "rms")
@@ -60,6 +61,10 @@ class ModelConfig:
         more forward pass of compute. Training only; parameters and results are unchanged.
       deterministic: no dropout (evaluation, decoding).
       decode: incremental decoding with the key/value cache.
+      gradients: the derivative rule of every matmul (`ops.einsum`) and of the loss:
+        "autodiff" (the default: JAX's own, so jvp, jacfwd, linearize, Hessians, vmap
+        and remat all work) or "tuned" (custom VJPs, reverse mode only, faster on
+        XLA:CPU; the train step sets it from the run config's `gradients`).
       pad_id: the padding token id.
     """
 
@@ -87,6 +92,7 @@ class ModelConfig:
     remat: bool = False
     deterministic: bool = False
     decode: bool = False
+    gradients: str = "autodiff"
     pad_id: int = 0
 
     def __post_init__(self) -> None:
@@ -96,6 +102,7 @@ class ModelConfig:
         _check_choice("positional", self.positional, POSITIONAL_KINDS)
         _check_choice("activation", self.activation, ACTIVATION_KINDS)
         _check_choice("dtype", self.dtype, (*DTYPES, "auto"))
+        _check_choice("gradients", self.gradients, GRADIENTS)
         for name in ("src_vocab_size", "tgt_vocab_size", "model_dim", "num_heads", "ffn_dim"):
             _check_positive_int(name, getattr(self, name))
         for name in ("num_encoder_layers", "num_decoder_layers", "additive_dim"):

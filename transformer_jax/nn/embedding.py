@@ -35,7 +35,13 @@ class Embed(nn.Module):
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
         """(B, T, D) -> (B, T, V) logits against the embedding matrix."""
         dt = self.config.compute_dtype
-        return ops.einsum("BTD,VD->BTV", x.astype(dt), self.table.astype(dt), out_dtype=jnp.float32)
+        return ops.einsum(
+            "BTD,VD->BTV",
+            x.astype(dt),
+            self.table.astype(dt),
+            out_dtype=jnp.float32,
+            gradients=self.config.gradients,
+        )
 
 
 class PositionalEncoding(nn.Module):

@@ -37,4 +37,5 @@ class FeedForward(nn.Module):
             dropout_rate=cfg.dropout_rate,
             dropout_rng=rng,
             deterministic=cfg.deterministic,
+            gradients=cfg.gradients,
         )

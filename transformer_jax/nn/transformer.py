@@ -23,6 +23,7 @@ class Dense(nn.Module):
     features: int
     dtype: jnp.dtype
     out_dtype: jnp.dtype
+    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -31,7 +32,9 @@ class Dense(nn.Module):
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
         lead = "ABCEFG"[: x.ndim - 1]  # batch-like axes: (B, T) for (B, T, D) inputs
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum(f"{lead}D,DN->{lead}N", x, kernel, out_dtype=jnp.float32)
+        y = ops.einsum(
+            f"{lead}D,DN->{lead}N", x, kernel, out_dtype=jnp.float32, gradients=self.gradients
+        )
         return (y + bias).astype(self.out_dtype)
 
 
@@ -46,7 +49,10 @@ class OutputProjection(nn.Module):
     def __call__(self, x: Array) -> Array:
         if self.embed is not None:
             return self.embed.attend(x)  # float32
-        return Dense(self.vocab_size, self.config.compute_dtype, jnp.float32, name="dense")(x)
+        cfg = self.config
+        return Dense(self.vocab_size, cfg.compute_dtype, jnp.float32, cfg.gradients, name="dense")(
+            x
+        )
 
 
 class Transformer(nn.Module):

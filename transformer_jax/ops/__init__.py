@@ -9,13 +9,15 @@ from transformer_jax.ops.attention import (
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.ffn import ACTIVATIONS, position_wise_ffn
 from transformer_jax.ops.masks import causal_mask, combine_masks, padding_mask, valid_length_mask
-from transformer_jax.ops.matmul import einsum
+from transformer_jax.ops.matmul import GRADIENTS, ForwardModeError, einsum
 from transformer_jax.ops.norms import layer_norm, rms_norm
 from transformer_jax.ops.positional import sinusoidal_rows, sinusoidal_table
 from transformer_jax.ops.softmax import masked_softmax, softmax
 
 __all__ = [
     "ACTIVATIONS",
+    "GRADIENTS",
+    "ForwardModeError",
     "additive_scores",
     "attend",
     "causal_mask",

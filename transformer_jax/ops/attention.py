@@ -17,7 +17,7 @@ from transformer_jax.ops.softmax import masked_softmax
 Array = jnp.ndarray
 
 
-def dot_product_scores(q: Array, k: Array) -> Array:
+def dot_product_scores(q: Array, k: Array, *, gradients: str = "autodiff") -> Array:
     """Scaled dot-product scores QKᵀ/√K (Vaswani et al. 2017, eq. 1).
 
     Scaling by √K keeps the score variance near 1 when q and k have unit-variance
@@ -26,12 +26,13 @@ def dot_product_scores(q: Array, k: Array) -> Array:
     Args:
       q: (B, H, T, K) queries.
       k: (B, H, S, K) keys.
+      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
 
     Returns:
       (B, H, T, S) scores.
     """
     q = q / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-    return einsum("BHTK,BHSK->BHTS", q, k)
+    return einsum("BHTK,BHSK->BHTS", q, k, gradients=gradients)
 
 
 def additive_scores(q_features: Array, k_features: Array, w_v: Array) -> Array:
@@ -61,6 +62,7 @@ def attend(
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
     deterministic: bool = True,
+    gradients: str = "autodiff",
 ) -> tuple[Array, Array]:
     """Masked softmax over scores, attention dropout, weighted sum of values.
 
@@ -68,13 +70,14 @@ def attend(
       scores: (B, H, T, S).
       v: (B, H, S, K) values.
       mask: boolean broadcastable to (B, H, T, S), True = may attend.
+      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
 
     Returns:
       out: (B, H, T, K) and weights: (B, H, T, S) (before dropout, for visualisation).
     """
     weights = masked_softmax(scores, mask)  # (B, H, T, S)
     dropped = dropout(weights, dropout_rate, dropout_rng, deterministic)
-    out = einsum("BHTS,BHSK->BHTK", dropped.astype(v.dtype), v)  # (B, H, T, K)
+    out = einsum("BHTS,BHSK->BHTK", dropped.astype(v.dtype), v, gradients=gradients)  # (B, H, T, K)
     return out, weights
 
 
@@ -87,21 +90,24 @@ def scaled_dot_product_attention(
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
     deterministic: bool = True,
+    gradients: str = "autodiff",
 ) -> tuple[Array, Array]:
     """softmax(QKᵀ/√K)·V with a mask and attention dropout.
 
     Args:
       q: (B, H, T, K), k: (B, H, S, K), v: (B, H, S, K).
       mask: boolean broadcastable to (B, H, T, S), True = may attend.
+      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
 
     Returns:
       out: (B, H, T, K), weights: (B, H, T, S).
     """
     return attend(
-        dot_product_scores(q, k),
+        dot_product_scores(q, k, gradients=gradients),
         v,
         mask,
         dropout_rate=dropout_rate,
         dropout_rng=dropout_rng,
         deterministic=deterministic,
+        gradients=gradients,
     )

@@ -30,6 +30,7 @@ def position_wise_ffn(
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
     deterministic: bool = True,
+    gradients: str = "autodiff",
 ) -> Array:
     """dense → activation → dropout → dense, applied to every position alike.
 
@@ -37,6 +38,7 @@ def position_wise_ffn(
       x: (B, T, D).
       w1: (D, F), b1: (F,), w2: (F, D), b2: (D,). Weights are cast to x.dtype (the
         compute dtype); biases are added in float32.
+      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
 
     Returns:
       (B, T, D).
@@ -46,12 +48,16 @@ def position_wise_ffn(
     # Matmuls accumulate in float32 and the bias is added before rounding back to the
     # compute dtype: one cast per layer, and a float32 bias gradient.
     dtype = x.dtype
-    h = einsum("BTD,DF->BTF", x, w1.astype(dtype), out_dtype=jnp.float32)  # (B, T, F)
+    h = einsum(
+        "BTD,DF->BTF", x, w1.astype(dtype), out_dtype=jnp.float32, gradients=gradients
+    )  # (B, T, F)
     if b1 is not None:
         h = h + b1
     h = ACTIVATIONS[activation](h).astype(dtype)
     h = dropout(h, dropout_rate, dropout_rng, deterministic)
-    y = einsum("BTF,FD->BTD", h, w2.astype(dtype), out_dtype=jnp.float32)  # (B, T, D)
+    y = einsum(
+        "BTF,FD->BTD", h, w2.astype(dtype), out_dtype=jnp.float32, gradients=gradients
+    )  # (B, T, D)
     if b2 is not None:
         y = y + b2
     return y.astype(dtype)

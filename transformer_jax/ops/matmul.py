@@ -1,29 +1,37 @@
-"""Two-operand einsum with its own VJP: gradient matmuls in the layouts that run fast.
+"""Two-operand einsum with a choice of derivative rules: JAX's own, or tuned gradient matmuls.
 
-Every matmul of the model goes through `einsum`. Its forward is `jnp.einsum`; its
-backward computes the two gradient einsums itself, for two reasons.
+Every matmul of the model goes through `einsum`. Its forward is `jnp.einsum` (float32
+accumulation for low-precision operands, see below). Its derivatives come from one of two
+rules, `gradients=`:
 
-Layout (all dtypes). XLA:CPU runs a dot fast when the left operand's contracted axes are
+- "autodiff" (the default, `ModelConfig.gradients`): JAX differentiates the forward, so
+  every transformation works: `jax.jvp`, `jax.jacfwd`, `jax.linearize`, `jax.grad`,
+  Hessian-vector products in either order, `jax.vmap`, `jax.checkpoint`
+  (tests/test_transformations.py).
+- "tuned": a custom VJP whose backward computes the two gradient einsums itself, in the
+  layouts XLA:CPU runs fast and in the operands' dtype. Reverse mode only: `jax.grad`,
+  `jax.vjp`, and Hessian-vector products built from them (reverse-over-reverse,
+  forward-over-reverse), under `vmap` and `checkpoint` too. Forward mode raises:
+  `jax.jvp` and `jax.jacfwd` a `ForwardModeError` naming the fix, `jax.linearize`'s
+  linear function JAX's own error. The train step uses it (run-config key `gradients`,
+  `training/config.py`), where only reverse mode runs.
+
+JAX has no public way to give one function both a forward-mode rule and a custom transpose
+that survives higher-order differentiation and `vmap` (`custom_jvp` + `custom_vjp` cannot
+be combined; `jax.custom_derivatives.linear_call` has no batching rule and no derivative in
+its residuals), hence the switch.
+
+Why tuned. Layout: XLA:CPU runs a dot fast when the left operand's contracted axes are
 minor; otherwise XLA transposes an operand first, and in autodiff's gradients it often
-picks the large one. At the `small` setting it transposed the (B·T, V) = (2048, 8000)
-logits gradient for the output weights' gradient, 74 ms of a ~1 s step; attention's
-dK = dSᵀ·Q and dV = Wᵀ·dO contracted their left operand's rows and ran as per-batch
-Eigen loops (367 µs against 139 µs at d2l sizes). `_gradient_dot` orders the operands to
-transpose the fewest elements and transposes explicitly, behind an
-`optimization_barrier` (XLA would fold a bare transpose back into the dot). Measured in
-turns against plain autodiff: the train step −7 % (d2l), −9 to −11 % (`small`),
-−16 % (`base`), after the attention dots alone had given d2l −13 % (benchmarks/README.md).
-
-Precision (low-precision operands). On CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16
-matmul is fast only when it accumulates in float32 (`preferred_element_type=float32`):
-measured on an AMX machine, a 2048×256×1024 bf16 matmul ran at ~1,200 GFLOP/s that way
-against ~130 GFLOP/s with a bf16 result, and ~170 GFLOP/s in float32. Autodiff would hand
-the backward dots a float32 cotangent and a bfloat16 operand, which XLA upcasts, so the
-VJP casts the cotangent to the operand dtype and accumulates in float32 as well.
-
-A custom VJP has no forward mode: `jax.jvp`/`jax.jacfwd` through the model raise.
-Reverse mode differentiates the VJP itself, so Hessian-vector products work as
-`jax.grad` of `jnp.vdot(jax.grad(f)(x), v)` (tested).
+picks the large one (the (B·T, V) logits gradient for the output weights' gradient;
+attention's dK = dSᵀ·Q and dV = Wᵀ·dO as per-batch loops). `_gradient_dot` orders the
+operands to transpose the fewest elements and transposes explicitly, behind an
+`optimization_barrier` (XLA would fold a bare transpose back into the dot). Precision: on
+CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16 matmul is fast only when it accumulates
+in float32 (`preferred_element_type=float32`); autodiff would hand the backward dots a
+float32 cotangent and a bfloat16 operand, which XLA upcasts, so the VJP casts the
+cotangent to the operand dtype and accumulates in float32 as well. Step times with and
+without: benchmarks/README.md ("Numbers behind the runtime knobs" and "Gradient layouts").
 """
 
 from __future__ import annotations
@@ -37,9 +45,22 @@ import jax.numpy as jnp
 Array = jnp.ndarray
 
 
-def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None) -> Array:
-    """`jnp.einsum(spec, a, b)` with gradients in fast layouts (float32 accumulation for
-    low-precision operands).
+GRADIENTS = ("autodiff", "tuned")
+
+
+class ForwardModeError(TypeError):
+    """Forward-mode autodiff reached an einsum with the reverse-mode-only "tuned" rule."""
+
+
+def einsum(
+    spec: str,
+    a: Array,
+    b: Array,
+    *,
+    out_dtype: jnp.dtype | None = None,
+    gradients: str = "autodiff",
+) -> Array:
+    """`jnp.einsum(spec, a, b)`, float32-accumulating for low-precision operands.
 
     Args:
       spec: a two-operand spec without ellipses, e.g. "BTD,DF->BTF". Every index of an
@@ -48,13 +69,52 @@ def einsum(spec: str, a: Array, b: Array, *, out_dtype: jnp.dtype | None = None)
       a, b: operands of the same dtype.
       out_dtype: result dtype; defaults to the operands' dtype (float32 logits from
         bfloat16 activations pass `out_dtype=jnp.float32`).
+      gradients: "autodiff" (JAX's rules: every transformation) or "tuned" (the custom
+        VJP: reverse mode only, faster gradient matmuls on XLA:CPU); see the module.
     """
     if a.dtype != b.dtype:
         raise TypeError(f"einsum operands differ in dtype: {a.dtype} vs {b.dtype}; cast first.")
     out_dtype = jnp.dtype(out_dtype or a.dtype)
     _check_spec(spec)
+    if gradients == "autodiff":
+        return _dot(spec, a, b, out_dtype)
+    if gradients != "tuned":
+        raise ValueError(f"einsum gradients={gradients!r}: choose one of {list(GRADIENTS)}.")
+    check_reverse_mode(f"einsum {spec!r}", a, b)
     a, b = _match_varying(a, b)
     return _einsum(spec, out_dtype, a, b)
+
+
+def check_reverse_mode(what: str, *operands) -> None:
+    """Raises ForwardModeError if forward-mode autodiff is tracing `operands` right here.
+
+    Best effort, so that the user reads the fix instead of JAX's "can't apply forward-mode
+    autodiff (jvp) to a custom_vjp function" (raised only when the program is lowered,
+    under jit): an operand traced by `jax.jvp`, where no operand is traced by reverse
+    mode's linearization. Forward mode hidden under another transformation (`jax.jvp` of
+    a `vmap`) still ends in JAX's own error.
+    """
+    if _JVPTracer is None:  # pragma: no cover - private module moved
+        return
+    if any(isinstance(x, _JVPTracer) for x in operands) and not any(
+        isinstance(x, _LinearizeTracer) for x in operands
+    ):
+        raise ForwardModeError(FORWARD_MODE_HINT.format(what=what))
+
+
+try:  # private JAX classes, used only to word an error; guarded in case they move
+    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+    from jax._src.interpreters.ad import LinearizeTracer as _LinearizeTracer
+except ImportError:  # pragma: no cover
+    _JVPTracer = _LinearizeTracer = None
+
+
+FORWARD_MODE_HINT = (
+    "{what}: forward-mode autodiff (jax.jvp, jax.jacfwd) reached the "
+    'reverse-mode-only gradients="tuned" rule. Build the model with '
+    'ModelConfig(gradients="autodiff") (the default; a run config\'s gradients="autodiff" '
+    "for the train step), which supports every JAX transformation."
+)
 
 
 def _varying_axes(x: Array) -> frozenset:
@@ -102,8 +162,8 @@ def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:
     """A gradient einsum laid out the way XLA:CPU runs it fast.
 
     XLA:CPU's dots want the left operand's contracted indices minor; otherwise XLA
-    transposes an operand itself, and it may pick the large one (at `small`, the
-    (B·T, V) logits gradient: 74 ms of a ~1 s step). So: of the two operand orders, take
+    transposes an operand itself, and it may pick the large one (the (B·T, V) logits
+    gradient). So: of the two operand orders, take
     the one that transposes the fewest elements, counting the left operand (made
     contracted-minor here, behind a barrier) and the result (when the dot's natural
     output order is not `out`), and transpose explicitly.

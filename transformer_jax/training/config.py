@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from transformer_jax.training import host_memory, xla_flags
+from transformer_jax import runtime
+from transformer_jax.ops.matmul import GRADIENTS
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
 
@@ -35,6 +36,11 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.clip_norm = 0.0  # global-norm clipping threshold; 0 = off (d2l clips at 1)
     c.label_smoothing = 0.1  # ε_ls; 0 = plain masked cross-entropy (d2l)
     c.grad_accum_steps = 1  # micro-batches per update; must divide the per-device batch
+    # Derivative rule of the train step's matmuls and loss (ops/matmul.py): "tuned" (custom
+    # VJPs: gradient matmuls in XLA:CPU's fast layouts, one-pass loss backward) or
+    # "autodiff" (JAX's own). The step is reverse mode only, where both work; the model
+    # outside the step defaults to "autodiff" (ModelConfig.gradients).
+    c.gradients = "tuned"
     # Optimizer steps per device call (a lax.scan over a stack of batches): small models are
     # bound by the per-call dispatch, not by FLOPs. Logging/eval/checkpoint steps still land
     # exactly where configured (a call is cut short at those boundaries).
@@ -46,12 +52,16 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.eval_every_steps = 500  # 0 = only at the end
     c.checkpoint_every_steps = 500  # 0 = only at the end
     c.keep_checkpoints = 3
-    # Space-separated XLA flags for this run (training/xla_flags.py), applied before JAX
-    # starts its backend; the d2l config uses one that speeds up its tiny step.
+    # Process tuning, applied by `transformer_jax.runtime.configure_process` before JAX
+    # starts its backend (each knob and its default per backend: the runtime package).
+    # Space-separated XLA flags; the d2l config uses one that speeds up its tiny step.
     c.xla_flags = ""
-    # Host memory (training/host_memory.py): "reuse" keeps freed blocks mapped, so XLA:CPU's
-    # per-step temporaries cost no page faults; "system" hands them back to the OS.
+    # "reuse" keeps freed host blocks mapped, so XLA:CPU's per-step temporaries cost no
+    # page faults; "system" hands them back to the OS.
     c.host_memory = "reuse"
+    # JAX's CPU lowering of Threefry: "auto" = "unrolled" (dropout masks fuse with the
+    # hash; the same bits), or "rolled" (JAX's own loop; faster compiles).
+    c.threefry_lowering = "auto"
     c.eval = eval_defaults()
     return c
 
@@ -112,6 +122,7 @@ def validate_config(
     _check_choice("parallelism", config.parallelism, PARALLELISMS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("schedule", config.schedule, SCHEDULES)
+    _check_choice("gradients", config.gradients, GRADIENTS)
     for key in _POSITIVE_INTS:
         _check_int(key, config[key], minimum=1)
     for key in _NON_NEGATIVE_INTS:
@@ -135,8 +146,7 @@ def validate_config(
             f"Set exactly one of num_train_steps ({config.num_train_steps}) and num_epochs "
             f"({config.num_epochs}) to a positive value; set the other to 0."
         )
-    xla_flags.parse(config.xla_flags)
-    host_memory.check_mode(config.host_memory)
+    runtime.check(config.xla_flags, config.host_memory, config.threefry_lowering)
     if not config.learning_rate > 0:
         raise ValueError(f"learning_rate={config.learning_rate!r} must be > 0.")
     if not 0.0 <= config.label_smoothing < 1.0:

@@ -6,11 +6,12 @@ over 4 devices, or into micro-batches, gives exactly the same loss as one big ba
 
 The logits (B, T, V) are the largest activation of a translation model (V ≫ D), so the loss
 touches them as few times as possible: the forward pass is reductions only (row max, Σ exp,
-Σ logits, the target's logit), never a materialised (B, T, V) log-softmax, and the backward
-pass is one elementwise pass, softmax − q, with its own VJP. Measured on the `small`
-benchmark (B·T = 2048, V = 8000, 2 CPU cores): ~115 ms of each ~1 s step went to autodiff's
-log-softmax, its one-hot gradient and an argmax; this version saved ~3 % of the step in
-interleaved A/B runs (benchmarks/README.md).
+Σ logits, the target's logit), never a materialised (B, T, V) log-softmax. Its derivative
+comes from one of two rules, as `ops.einsum`'s (`gradients=`): "autodiff" (the default)
+lets JAX differentiate the forward, so every transformation works (forward mode, Hessians,
+vmap); "tuned", which the train step uses, is a custom VJP whose backward is one
+elementwise pass, softmax − q (reverse mode only; its A/B in benchmarks/README.md, "Fused
+cross-entropy").
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import math
 
 import jax
 import jax.numpy as jnp
+
+from transformer_jax.ops.matmul import GRADIENTS, check_reverse_mode
 
 Array = jax.Array
 
@@ -41,7 +44,8 @@ def _smoothing(label_smoothing: float, vocab: int) -> tuple[float, float, float]
 def _row_stats(logits: Array, targets: Array) -> tuple[Array, Array, Array, Array]:
     """Per-token (max, logsumexp, Σ logits, target logit), each (B, T), in float32."""
     z = logits.astype(jnp.float32)
-    z_max = jnp.max(z, axis=-1)  # (B, T)
+    # The shift cancels in the value; stopping its gradient keeps autodiff from tracing it.
+    z_max = jax.lax.stop_gradient(jnp.max(z, axis=-1))  # (B, T)
     lse = z_max + jnp.log(jnp.sum(jnp.exp(z - z_max[..., None]), axis=-1))  # (B, T)
     z_sum = jnp.sum(z, axis=-1)  # (B, T)
     # A gather of B·T values: a masked row sum would materialise a (B, T, V) select.
@@ -84,7 +88,7 @@ _token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
 def token_losses(
-    logits: Array, targets: Array, label_smoothing: float = 0.0
+    logits: Array, targets: Array, label_smoothing: float = 0.0, *, gradients: str = "autodiff"
 ) -> tuple[Array, Array, Array]:
     """Per-token (loss, nll, correct) from one pass over the logits.
 
@@ -94,6 +98,8 @@ def token_losses(
       label_smoothing: ε of Vaswani et al. 2017, §5.4 (ε_ls = 0.1): the loss is the
         cross-entropy against q = (1 - ε) one-hot + ε / (V - 1) elsewhere, minus the
         entropy of q. With ε = 0 it is the plain NLL of d2l §10.7.3's MaskedSoftmaxCELoss.
+      gradients: "autodiff" (JAX's rules, every transformation) or "tuned" (the custom
+        VJP: one backward pass, reverse mode only); see the module.
 
     Returns:
       loss (B, T) float32, the objective; nll (B, T) float32, -log p(target);
@@ -108,6 +114,12 @@ def token_losses(
             f"label_smoothing={label_smoothing!r} needs a vocabulary of at least 2 (logits have "
             f"V={logits.shape[-1]}): ε is spread over the other V - 1 classes. Use 0."
         )
+    if gradients == "autodiff":
+        loss, nll, correct = _token_losses_fwd(logits, targets, float(label_smoothing))[0]
+        return loss, jax.lax.stop_gradient(nll), correct  # nll: a metric, as under "tuned"
+    if gradients != "tuned":
+        raise ValueError(f"gradients={gradients!r}: choose one of {list(GRADIENTS)}.")
+    check_reverse_mode("token_losses", logits)
     return _token_losses(logits, targets, float(label_smoothing))
 
 
@@ -117,7 +129,12 @@ def smoothed_cross_entropy(logits: Array, targets: Array, label_smoothing: float
 
 
 def weighted_loss_sums(
-    logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0
+    logits: Array,
+    targets: Array,
+    weights: Array,
+    label_smoothing: float = 0.0,
+    *,
+    gradients: str = "autodiff",
 ) -> dict[str, Array]:
     """Token-weighted sums for one batch; weights (B, T) are 1 on real tokens, 0 on padding.
 
@@ -125,7 +142,9 @@ def weighted_loss_sums(
     `correct` (argmax hits), `weight` (number of counted tokens).
     """
     weights = weights.astype(jnp.float32)
-    loss, nll, correct = token_losses(logits, targets, label_smoothing)  # (B, T) each
+    loss, nll, correct = token_losses(
+        logits, targets, label_smoothing, gradients=gradients
+    )  # (B, T) each
     return {
         "loss": jnp.sum(loss * weights),
         "nll": jnp.sum(nll * weights),

@@ -12,8 +12,9 @@ are. Before anything is written, `check_resume_config` compares the new config w
   another tree). The two ways forward: a new workdir, or a fine-tune of this run's
   parameters in a new workdir with `--init_from` (`train_and_evaluate(init_from=...)`).
 - **Accepted and recorded** (a log line each; `config.json` is rewritten once the run
-  starts): the run length, the log/eval/checkpoint intervals, `keep_checkpoints`, `eval.*`
-  and the process settings (`parallelism`, `steps_per_call`, `xla_flags`, `host_memory`).
+  starts): the run length, the log/eval/checkpoint intervals, `keep_checkpoints`, `eval.*`,
+  the process settings (`parallelism`, `steps_per_call`, `xla_flags`, `host_memory`,
+  `threefry_lowering`) and the derivative rule `gradients` (the same math either way).
 - **Accepted with a warning**: keys that change the optimisation of the remaining steps
   (learning rate, schedule and warm-up, clipping, label smoothing, Adam's constants,
   weight decay, gradient accumulation). A new `num_train_steps` / `num_epochs` under a
@@ -46,6 +47,8 @@ FREE_KEYS = frozenset(
         "parallelism",
         "xla_flags",
         "host_memory",
+        "threefry_lowering",
+        "gradients",
         "model.remat",
         "data.data_dir",
         "data.zip_path",

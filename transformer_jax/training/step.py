@@ -33,9 +33,13 @@ def step_kwargs(
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
 ) -> dict[str, Any]:
-    """Keyword arguments binding `train_step` / `train_steps` to a run config."""
+    """Keyword arguments binding `train_step` / `train_steps` to a run config.
+
+    The model takes the run config's `gradients` rule (the step runs reverse mode only,
+    where "tuned" works); `train_step` gives the loss the model's rule.
+    """
     return dict(
-        model=Transformer(model_config),
+        model=Transformer(model_config.replace(gradients=config.gradients)),
         tx=tx,
         schedule=schedule,
         label_smoothing=config.label_smoothing,
@@ -82,7 +86,13 @@ def train_step(
 
     def loss_fn(params, micro: Batch, rng: jax.Array):
         logits = _logits(model, params, micro, rng)
-        sums = weighted_loss_sums(logits, micro["tgt_out"], micro["tgt_weight"], label_smoothing)
+        sums = weighted_loss_sums(
+            logits,
+            micro["tgt_out"],
+            micro["tgt_weight"],
+            label_smoothing,
+            gradients=model.config.gradients,
+        )
         sums = lax.psum(sums, axis_name)  # global sums: the same on every device
         return sums["loss"] / total_weight, sums
 

@@ -24,6 +24,7 @@ from transformer_jax.decoding import DecodingWarning, decode_settings, translate
 from transformer_jax.evaluation.bleu import corpus_bleu, detokenize_book
 from transformer_jax.evaluation.report import book_style
 from transformer_jax.nn import Transformer
+from transformer_jax.runtime import configure_process
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import finetune, history
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
@@ -31,7 +32,6 @@ from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tr
 from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.resume import ConfigChange, check_resume_config, log_changes
-from transformer_jax.training.runtime import configure_process
 from transformer_jax.training.state import (
     abstract_train_state,
     create_train_state,

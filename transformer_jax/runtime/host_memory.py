@@ -1,11 +1,10 @@
 """How this process's host memory is allocated (`config.host_memory`), set before JAX starts.
 
-XLA:CPU allocates each step's temporaries as one block (1.24 GB for the `base` benchmark
-step), from the glibc arena of the worker thread that runs the step. glibc serves a block
-that large with a fresh `mmap` and returns it with `munmap` when the step ends, so every
-step faults in every page again: 300k page faults and ~0.6 s of kernel time per `base`
-step, 150k at `small` (measured, benchmarks/README.md). With "reuse" (the default),
-`apply` sets three glibc options before JAX creates its threads:
+XLA:CPU allocates each step's temporaries as one block from the glibc arena of the worker
+thread that runs the step. glibc serves a block that large with a fresh `mmap` and returns
+it with `munmap` when the step ends, so every step faults in every page again. With
+"reuse" (the default), `apply` sets three glibc options with `mallopt` before JAX creates
+its threads:
 
 - one arena (`M_ARENA_MAX=1`): a thread arena falls back to `mmap` for any block larger
   than its 64 MB heap whatever the other options say; the main arena grows with `brk`;
@@ -14,17 +13,17 @@ step, 150k at `small` (measured, benchmarks/README.md). With "reuse" (the defaul
   larger than that is still returned, so temporaries above ~2 GiB keep faulting).
 
 Freed blocks then stay mapped and the next step reuses them with no page faults, as
-accelerator runtimes reuse a preallocated pool. Measured: `base` 300k page faults → 0 per
-step, kernel time ~600 → ~15 ms; `small` −8 to −16 %, the fra_eng default +5 to +9 %
-steps/s. The costs: the process keeps its peak host memory until it exits, and all
-threads share one arena's lock. The lock costs where a step is thousands of tiny
-allocations and no large ones: the d2l-sized step ran 29–37 % slower, so the `d2l`
-config says "system", which keeps glibc's defaults (as does a long-lived process whose
-peak should not stay resident).
+accelerator runtimes reuse a preallocated pool. The costs: the process keeps its peak
+host memory until it exits, and all threads share one arena's lock, which costs where a
+step is thousands of tiny allocations and no large ones; so the `d2l` config says
+"system", which keeps glibc's defaults (as does a long-lived process whose peak should
+not stay resident). Page faults, kernel time and step times either way:
+benchmarks/README.md ("host memory" and "Numbers behind the runtime knobs").
 
 Threads keep the arena they were given, so this works only before JAX starts its backend
-(like `xla_flags`): the launcher and `train_and_evaluate` apply it first thing; later it
-only logs. Where the C library is not glibc (macOS, musl) there is nothing to set.
+(like `xla_flags`): `runtime.configure_process` applies it first thing; later it only
+logs. Where the C library is not glibc (macOS, musl) there is nothing to set. On GPU/TPU
+only host-side allocations change (device memory has its own allocator).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from __future__ import annotations
 import ctypes
 import logging
 
-from transformer_jax.training import xla_flags
+from transformer_jax.runtime import xla_flags
 
 MODES = ("reuse", "system")
 

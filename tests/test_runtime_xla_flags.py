@@ -10,7 +10,8 @@ import pytest
 
 from configs import fra_eng
 from tests.test_step_parallel import subprocess_env
-from transformer_jax.training import validate_config, xla_flags
+from transformer_jax.runtime import xla_flags
+from transformer_jax.training import validate_config
 
 YNN = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"
 
@@ -49,7 +50,7 @@ WORKER = textwrap.dedent(
     """
     import os, sys
     import jax, jax.numpy as jnp
-    from transformer_jax.training import xla_flags
+    from transformer_jax.runtime import xla_flags
     ok = xla_flags.apply(sys.argv[1])
     x = jnp.ones((256, 256))
     hlo = jax.jit(lambda x: jnp.exp(x) * 2 + 1).lower(x).compile().as_text()

@@ -10,9 +10,9 @@ does not know, before anything is computed or written, with "Unknown flag in XLA
 
 The one such flag in use: `--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce`
 lets XLA:CPU hand elementwise and reduction fusions to YNNPACK too, not only dots. It pays
-where the step is hundreds of tiny ops (the `d2l` size: −12 to −16 % per step, measured
-in alternating processes, see benchmarks/README.md) and not at larger sizes, so the `d2l`
-config sets it and the others do not.
+where the step is hundreds of tiny ops (the `d2l` size) and not at larger sizes, so the
+`d2l` config sets it and the others do not (measured: benchmarks/README.md, "Numbers
+behind the runtime knobs").
 """
 
 from __future__ import annotations

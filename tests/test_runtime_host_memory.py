@@ -9,7 +9,8 @@ import pytest
 
 from configs import fra_eng
 from tests.test_step_parallel import subprocess_env
-from transformer_jax.training import host_memory, validate_config
+from transformer_jax.runtime import host_memory
+from transformer_jax.training import validate_config
 
 
 def test_a_bad_mode_is_rejected_naming_the_choices():
@@ -41,7 +42,7 @@ def test_after_the_backend_started_reuse_is_not_applied_and_says_so(monkeypatch,
 WORKER = textwrap.dedent(
     """
     import resource, sys
-    from transformer_jax.training import host_memory
+    from transformer_jax.runtime import host_memory
     ok = host_memory.apply(sys.argv[1])
     import jax, jax.numpy as jnp
     x, v = jnp.ones((8192, 4096)), jnp.ones((4096,))
