@@ -99,7 +99,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.label_smoothing = 0.0
         c.num_epochs = 200
         # The d2l step is hundreds of tiny ops: ten steps per call (lax.scan) and YNNPACK
-        # for elementwise/reduce fusions too (benchmarks/README.md, "the d2l step").
+        # for elementwise/reduce fusions too (benchmarks/LOG.md, "the d2l step").
         c.steps_per_call = 10
         c.xla_flags = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce"
         # Its temporaries are small, so glibc reuses them anyway, and the one shared arena
@@ -138,7 +138,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.batch_size = 128  # rows of the eval batches (and of training without tokens)
         if readme_model:
             # About 2,048 padded tokens a batch (fairseq's --max-tokens): 256 rows of 8
-            # tokens, 32 of 64. At 3,600 steps +2.2 BLEU over 128 rows (benchmarks/README.md).
+            # tokens, 32 of 64. At 3,600 steps +2.2 BLEU over 128 rows (benchmarks/LOG.md).
             c.data.batch_tokens = 2048
             # Add one joined pair ("a . b .") per 5 real ones (data/augment.py): at 3,600
             # steps BLEU on 16+-word sentences 12.8 -> 15.5 and on 11-15 words 30.3 -> 32.0,

@@ -44,7 +44,7 @@ def first_argmax(logits: Array) -> Array:
     The lowest index holding the row maximum, exactly as `jnp.argmax` (ties go to the
     first). XLA:CPU lowers `argmax` to a variadic (value, index) reduction that runs
     ~10× slower than a max; at V = 8000 it took a tenth of each cached greedy step
-    (benchmarks/README.md). Rows must be NaN-free (logits are).
+    (benchmarks/LOG.md). Rows must be NaN-free (logits are).
     """
     vocab = logits.shape[-1]
     row_max = jnp.max(logits, axis=-1, keepdims=True)  # (N, 1)
@@ -101,7 +101,7 @@ def chunked_top_k(x: Array, k: int, chunk: int = 128) -> tuple[Array, Array]:
     XLA:CPU's top-k runs a partial sort per row; at beam search's (64, 4·8000) it took
     ~3–4 ms per step. Here one vectorised pass takes the maximum of each `chunk` of a
     row, `lax.top_k` picks the k best chunks, and a second `lax.top_k` runs over their
-    k·chunk elements only: ~0.8 ms (benchmarks/README.md).
+    k·chunk elements only: ~0.8 ms (benchmarks/LOG.md).
 
     Exact because the k best chunks, ranked by (maximum, lower chunk first), hold the k
     best elements, ranked by (value, lower index first): an element whose chunk is not

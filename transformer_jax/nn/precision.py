@@ -3,7 +3,7 @@
 bfloat16 pays only where the hardware multiplies it natively with float32 accumulation:
 TPUs, GPUs, and CPUs with AMX tiles. On a CPU without AMX (AVX512-BF16 alone, or AVX2),
 XLA's bfloat16 matmuls are no faster than float32 and the casts around them cost extra.
-Measured on two machines of this project (benchmarks/README.md): with AMX, a bf16
+Measured on two machines of this project (benchmarks/LOG.md): with AMX, a bf16
 2048×256×1024 matmul ran ~7× faster than float32; on an AVX512-BF16 Xeon without AMX it
 ran at ~200 GFLOP/s against ~280 in float32, and the fra_eng default step took 264–308 ms
 in bfloat16 against 181 ms in float32. Parameters and optimizer state stay float32 either

@@ -31,7 +31,7 @@ CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16 matmul is fast only when it ac
 in float32 (`preferred_element_type=float32`); autodiff would hand the backward dots a
 float32 cotangent and a bfloat16 operand, which XLA upcasts, so the VJP casts the
 cotangent to the operand dtype and accumulates in float32 as well. Step times with and
-without: benchmarks/README.md ("Numbers behind the runtime knobs" and "Gradient layouts").
+without: benchmarks/README.md ("Numbers behind the runtime knobs") and benchmarks/LOG.md.
 """
 
 from __future__ import annotations

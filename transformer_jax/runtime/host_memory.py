@@ -18,7 +18,7 @@ host memory until it exits, and all threads share one arena's lock, which costs 
 step is thousands of tiny allocations and no large ones; so the `d2l` config says
 "system", which keeps glibc's defaults (as does a long-lived process whose peak should
 not stay resident). Page faults, kernel time and step times either way:
-benchmarks/README.md ("host memory" and "Numbers behind the runtime knobs").
+benchmarks/README.md ("Numbers behind the runtime knobs") and benchmarks/LOG.md ("host memory").
 
 Threads keep the arena they were given, so this works only before JAX starts its backend
 (like `xla_flags`): `runtime.configure_process` applies it first thing; later it only

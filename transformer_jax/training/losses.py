@@ -10,7 +10,7 @@ touches them as few times as possible: the forward pass is reductions only (row 
 comes from one of two rules, as `ops.einsum`'s (`gradients=`): "autodiff" (the default)
 lets JAX differentiate the forward, so every transformation works (forward mode, Hessians,
 vmap); "tuned", which the train step uses, is a custom VJP whose backward is one
-elementwise pass, softmax − q (reverse mode only; its A/B in benchmarks/README.md, "Fused
+elementwise pass, softmax − q (reverse mode only; its A/B in benchmarks/LOG.md, "Fused
 cross-entropy").
 """
 

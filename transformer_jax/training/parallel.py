@@ -120,7 +120,7 @@ def _pmap_replicated_state(fn: Callable, donate: bool) -> Callable:
     same way (`out_axes=None`: they are identical on every device). With a stacked state,
     pmap squeezes the device axis off every donated buffer, and XLA:CPU copied them at
     entry: the compiled `small` step had 394 entry copies, 54 this way (step 629 -> 603
-    ms in turns; benchmarks/README.md).
+    ms in turns; benchmarks/LOG.md).
     """
     return jax.pmap(
         fn,

@@ -135,7 +135,7 @@ def _average_over_devices(grads: Any, axis_name: str) -> Any:
     Over one device the mean is the identity, but XLA:CPU still runs the all-reduce as a
     copy of every gradient and then scales each by 1/1: at `base` (69M parameters) 40 ms
     plus 46 ms of op time per step, and the step ran 2,259 -> 2,136 ms in turns
-    (benchmarks/README.md).
+    (benchmarks/LOG.md).
     """
     if lax.axis_size(axis_name) == 1:
         return grads
