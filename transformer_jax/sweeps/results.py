@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.sweeps.runner import DONE_FILE, SweepPoint
+from transformer_jax.training.history import read_metrics
 
-METRICS_FILE = "metrics.jsonl"  # written by transformer_jax.training.metrics.MetricWriter
 COLUMNS = (
     "point",
     "status",
@@ -26,7 +26,7 @@ COLUMNS = (
 def point_row(point: SweepPoint) -> dict[str, Any]:
     """The final validation loss, BLEU, wall time and train tokens/s of one point."""
     row: dict[str, Any] = {"point": point.name, **point.overrides}
-    records = _read_metrics(point.workdir / METRICS_FILE)
+    records = read_metrics(point.workdir)
     evals = [r for r in records if r.get("split") == "eval"]
     trains = [r for r in records if r.get("split") == "train"]
     row["status"] = "done" if point.done else ("partial" if records else "not started")
@@ -89,18 +89,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed run
-    return records
 
 
 def _cell(value: Any) -> str:
