@@ -3,7 +3,7 @@
 - XLA's backend optimisation level 0: the test models are tiny, so compile time dominates
   and level 0 roughly halves it; numerics are unchanged within the tests' tolerances.
 - A persistent compilation cache shared by the pytest workers and the subprocesses that
-  `tests/test_step_parallel.subprocess_env` starts, so one program compiles once per run.
+  `tests/helpers.subprocess_env` starts, so one program compiles once per run.
 """
 
 from __future__ import annotations

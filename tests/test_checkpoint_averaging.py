@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.test_step_parallel import REPO, subprocess_env
+from tests.helpers import REPO, subprocess_env
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.averaging import (
     TooFewCheckpointsError,

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from configs import fra_eng
-from tests.test_step_parallel import REPO, subprocess_env
+from tests.helpers import REPO, subprocess_env
 from transformer_jax.training import config as config_lib
 
 

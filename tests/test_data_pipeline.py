@@ -4,7 +4,7 @@ import zipfile
 
 import numpy as np
 
-from tests.test_data_tokenizers import _BookVocab
+from tests.book_reference import BookVocab, book_preprocess_nmt
 from transformer_jax.data import pipeline, sources, tokenizers
 from transformer_jax.data.vocab import PAD_ID
 
@@ -75,9 +75,8 @@ def test_book_parity_mode_on_real_corpus(real_cfg):
     # The book, transcribed: preprocess the raw text, tokenize_nmt(text, 600), Vocab, arrays.
     with zipfile.ZipFile(cfg.zip_path) as archive:
         raw = archive.read("fra-eng/fra.txt").decode("utf-8")
-    from tests.test_data_preprocessing import _book_preprocess_nmt
 
-    text = _book_preprocess_nmt("\n".join(raw.split("\n")[:700]))
+    text = book_preprocess_nmt("\n".join(raw.split("\n")[:700]))
     source, target = [], []
     for i, line in enumerate(text.split("\n")):
         if i > 600:
@@ -89,14 +88,14 @@ def test_book_parity_mode_on_real_corpus(real_cfg):
     assert len(source) == 601 == pipe.split_sizes["selected_train"]
     reserved = ["<pad>", "<bos>", "<eos>"]
     for ours, lines in ((pipe.src_tokenizer, source), (pipe.tgt_tokenizer, target)):
-        book = _BookVocab(lines, 2, reserved)
+        book = BookVocab(lines, 2, reserved)
         assert ours.vocab_size == len(book.idx_to_token)
         assert [ours.id_to_token(i) for i in range(4, ours.vocab_size)] == book.idx_to_token[4:]
     # One epoch of batches covers 9 x 64 of the 601 examples; compare them as tokens.
     it = pipe.train_iter
     order = np.random.default_rng([cfg.shuffle_seed, 0]).permutation(601)
-    book_src = _book_build_array(source, _BookVocab(source, 2, reserved), 10)
-    book_tgt = _book_build_array(target, _BookVocab(target, 2, reserved), 10)
+    book_src = _book_build_array(source, BookVocab(source, 2, reserved), 10)
+    book_tgt = _book_build_array(target, BookVocab(target, 2, reserved), 10)
     for b in range(it.batches_per_epoch):
         batch = next(it)
         for row, src_row, tgt_row, weights in zip(

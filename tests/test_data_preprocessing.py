@@ -4,6 +4,7 @@ import zipfile
 
 import pytest
 
+from tests.book_reference import book_preprocess_nmt
 from transformer_jax.data import corpus, preprocessing
 
 pytest_plugins = ["tests.conftest_data"]
@@ -82,19 +83,6 @@ def test_truncated_zip_is_a_clear_error(tmp_path, make_zip):
         list(corpus.read_pairs(bad))
 
 
-def _book_preprocess_nmt(text):
-    """d2l 0.17 `preprocess_nmt`, transcribed from the book, as an independent reference."""
-
-    def no_space(char, prev_char):
-        return char in set(",.!?") and prev_char != " "
-
-    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
-    out = [
-        " " + char if i > 0 and no_space(char, text[i - 1]) else char for i, char in enumerate(text)
-    ]
-    return "".join(out)
-
-
 def test_preprocess_nmt_equals_book_loop_on_random_text():
     import random
 
@@ -102,4 +90,4 @@ def test_preprocess_nmt_equals_book_loop_on_random_text():
     alphabet = "aB .,!?\u202f\u00a0'éÀ-\t"
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
-        assert preprocessing.preprocess_nmt(text) == _book_preprocess_nmt(text), repr(text)
+        assert preprocessing.preprocess_nmt(text) == book_preprocess_nmt(text), repr(text)

@@ -1,9 +1,8 @@
 """Word and SentencePiece tokenizers: the book's vocabulary, round trips, save/load, caching."""
 
-import collections
-
 import pytest
 
+from tests.book_reference import BookVocab
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import tokenizers, vocab
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -21,24 +20,8 @@ TRAIN = [
 ]
 
 
-class _BookVocab:
-    """d2l 0.17 `Vocab`, transcribed from the book, as an independent reference."""
-
-    def __init__(self, tokens, min_freq, reserved_tokens):
-        counter = collections.Counter(token for line in tokens for token in line)
-        self._token_freqs = sorted(counter.items(), key=lambda x: x[1], reverse=True)
-        self.idx_to_token = ["<unk>"] + reserved_tokens
-        self.token_to_idx = {token: idx for idx, token in enumerate(self.idx_to_token)}
-        for token, freq in self._token_freqs:
-            if freq < min_freq:
-                break
-            if token not in self.token_to_idx:
-                self.idx_to_token.append(token)
-                self.token_to_idx[token] = len(self.idx_to_token) - 1
-
-
 def test_word_vocab_matches_the_book():
-    book = _BookVocab([s.split(" ") for s in TRAIN], 2, ["<pad>", "<bos>", "<eos>"])
+    book = BookVocab([s.split(" ") for s in TRAIN], 2, ["<pad>", "<bos>", "<eos>"])
     ours = WordTokenizer.train(TRAIN, min_freq=2)
     # Same non-special tokens in the same order; specials are a permutation (see vocab.py).
     assert [ours.id_to_token(i) for i in range(4, ours.vocab_size)] == book.idx_to_token[4:]

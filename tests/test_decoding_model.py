@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.test_step_parallel import subprocess_env
+from tests.helpers import random_params, subprocess_env
 from transformer_jax.decoding import beam_decode, greedy_decode
 from transformer_jax.nn import ModelConfig, Transformer
 
@@ -35,31 +35,6 @@ def make_model(seed: int = 0, layers: int = 2):
     src = jnp.asarray(rng.integers(4, cfg.src_vocab_size, (6, 7)), jnp.int32)  # (B, S)
     src_len = jnp.asarray([7, 5, 3, 1, 7, 2], jnp.int32)  # (B,)
     return cfg, random_params(cfg, seed), src, src_len
-
-
-def random_params(cfg: ModelConfig, seed: int = 0):
-    """Random parameters filled on the host from the model's parameter shapes.
-
-    Faster than `Transformer.init`, whose threefry random ops take XLA:CPU ~0.3 s each to
-    compile (~14 s for a 2+2 model on this machine). Kernels ~ N(0, 1/fan_in), embeddings
-    ~ N(0, 1/D), norm scales 1 and small random biases: a non-degenerate random model.
-    """
-    src = jnp.zeros((1, 2), jnp.int32)
-    shapes = jax.eval_shape(
-        Transformer(cfg).init, jax.random.key(0), src, jnp.ones((1,), jnp.int32), src
-    )["params"]
-    rng = np.random.default_rng(seed)
-
-    def fill(path, leaf):
-        name = str(path[-1].key)
-        if name == "scale":
-            return jnp.ones(leaf.shape, leaf.dtype)
-        if leaf.ndim == 1 or name == "bias":
-            return jnp.asarray(0.1 * rng.normal(size=leaf.shape), leaf.dtype)
-        fan_in = leaf.shape[-1] if name == "embedding" else leaf.shape[0]
-        return jnp.asarray(rng.normal(size=leaf.shape) / np.sqrt(fan_in), leaf.dtype)
-
-    return jax.tree_util.tree_map_with_path(fill, shapes)
 
 
 @pytest.fixture(scope="module")

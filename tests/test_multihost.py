@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.test_train_end_to_end import FLAGS, flat_params, launch
+from tests.helpers import FLAGS, flat_params, launch
 from transformer_jax.data.config import SHARED_ZIP
 
 pytestmark = [

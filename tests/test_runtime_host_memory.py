@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from configs import fra_eng
-from tests.test_step_parallel import subprocess_env
+from tests.helpers import subprocess_env
 from transformer_jax.runtime import host_memory
 from transformer_jax.training import validate_config
 

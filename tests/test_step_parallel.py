@@ -6,36 +6,14 @@ of the test session must keep the default single device.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-# Shared by every training test's subprocesses: each compile (~10-20 s on 2 busy cores) is
-# paid once per machine, not once per process.
-JAX_CACHE = Path(tempfile.gettempdir()) / "transformer_jax_test_jax_cache"
-
-
-def subprocess_env(devices: int | None = None) -> dict[str, str]:
-    """Environment for a JAX subprocess: the repo on the path, the compilation cache, and
-    `devices` fake CPU devices. XLA's backend optimisation is lowered: it halves compile
-    time, and these tiny models run in milliseconds either way."""
-    flags = ["--xla_backend_optimization_level=0"]
-    if devices:
-        flags.append(f"--xla_force_host_platform_device_count={devices}")
-    return {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "XLA_FLAGS": " ".join(flags),
-        "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
-    }
-
+from tests.helpers import REPO, subprocess_env
 
 # Trains a tiny Transformer on synthetic batches shaped exactly like the data pipeline's,
 # {src, src_len, tgt_in, tgt_out, tgt_weight} with leading axis D = local devices, and saves

@@ -2,7 +2,7 @@
 
 Everything runs through the launcher (`python -m experiments.train`, which calls
 `training.train_and_evaluate`) in subprocesses that share a JAX compilation cache; see
-`tests/test_step_parallel.py` for the environment.
+`tests/helpers.py` for the environment and the run.
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from jax.flatten_util import ravel_pytree
 
-from tests.test_step_parallel import REPO, subprocess_env
+from tests.helpers import EVERY, STEPS, finish, flat_params, launch
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.training import checkpoints as ckpt
 
@@ -28,44 +25,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"),
 ]
-
-STEPS, EVERY = 150, 50
-# The tiny model on 1000 training pairs, one padded shape (no bucketing): few compiles.
-FLAGS = [
-    "--config=configs/fra_eng.py:runlocal",
-    "--config.data.train_split=train[:1000]",
-    "--config.data.bucketing=False",
-    "--config.data.max_src_len=8",
-    "--config.data.max_tgt_len=8",
-    "--config.data.num_eval_examples=64",
-    f"--config.num_train_steps={STEPS}",
-    f"--config.checkpoint_every_steps={EVERY}",
-    f"--config.eval_every_steps={STEPS}",
-    "--config.log_every_steps=50",
-    "--config.keep_checkpoints=2",
-    "--config.eval.num_bleu_examples=8",
-]
-
-
-def launch(workdir: Path, *extra: str, devices: int | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "experiments.train", f"--workdir={workdir}", *FLAGS, *extra],
-        cwd=REPO,
-        env=subprocess_env(devices),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen, timeout: float = 300) -> str:
-    output, _ = process.communicate(timeout=timeout)
-    assert process.returncode == 0, output[-6000:]
-    return output
-
-
-def flat_params(workdir: Path, step: int | None = None) -> np.ndarray:
-    return np.asarray(ravel_pytree(ckpt.load_for_inference(workdir, step).params)[0])
 
 
 @pytest.fixture(scope="module")

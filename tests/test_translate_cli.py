@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.test_step_parallel import REPO, subprocess_env
+from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation import (
     corpus_bleu,

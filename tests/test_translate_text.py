@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.test_decoding_model import random_params
+from tests.helpers import random_params
 from transformer_jax.decoding import (
     DecodingWarning,
     SourceTooLongError,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_step_parallel import REPO, subprocess_env
+from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import history

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_step_parallel import subprocess_env
+from tests.helpers import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "WORKSPACE.md", REPO / "README.md"]
