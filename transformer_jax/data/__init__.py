@@ -1,4 +1,4 @@
-"""Input pipeline: fra-eng (or any TFDS translation dataset) to device-ready batches.
+"""Input pipeline: fra-eng (or any TFDS translation dataset) to per-process host batches.
 
 Public API; see each module for details.
 """

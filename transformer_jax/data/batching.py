@@ -1,11 +1,14 @@
-"""Device-ready batches: a resumable, shuffled, optionally bucketed train iterator, and eval
-batches in fixed order.
+"""Per-process host batches: a resumable, shuffled, optionally bucketed train iterator, and
+eval batches in fixed order.
 
-Every batch is a dict of numpy arrays shaped for a pmapped step, D = local devices and
-B_dev = rows / (process_count * D), rows = global_batch (or, with `batch_tokens`, the rows of
-the batch's bucket, `TrainIterator.bucket_rows`):
-  src int32 (D, B_dev, S), src_len int32 (D, B_dev), tgt_in / tgt_out int32 (D, B_dev, T),
-  tgt_weight float32 (D, B_dev, T).
+Every batch is a dict of numpy arrays with B_proc = rows / process_count rows, rows =
+global_batch (or, with `batch_tokens`, the rows of the batch's bucket,
+`TrainIterator.bucket_rows`):
+  src int32 (B_proc, S), src_len int32 (B_proc,), tgt_in / tgt_out int32 (B_proc, T),
+  tgt_weight float32 (B_proc, T).
+The data knows no devices: `training.DataParallel.put_batch` splits a batch over them. It
+only keeps every B_proc a multiple of `row_multiple` (the caller's local device count), so
+the split is even.
 
 Multi-host: every process computes the same global order from the seed and takes its own
 contiguous slice of each global batch, so the union over processes is exactly the global
@@ -23,7 +26,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from transformer_jax.data import bucketing
-from transformer_jax.data.encoding import EncodedPairs, make_batch, shard_for_devices
+from transformer_jax.data.encoding import EncodedPairs, make_batch
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
 
 _STATE_VERSION = 1
@@ -40,15 +43,19 @@ _STATE_KEYS = (
 )
 
 
-def _check_layout(global_batch: int, num_devices: int, process_index: int, process_count: int):
+def _check_layout(global_batch: int, row_multiple: int, process_index: int, process_count: int):
+    """Rows per process of a `global_batch`, checked: every process gets the same number, a
+    multiple of `row_multiple`."""
     if not 0 <= process_index < process_count:
         raise ValueError(
             f"process_index={process_index} not in [0, process_count={process_count})."
         )
-    if global_batch % (process_count * num_devices):
+    if row_multiple < 1:
+        raise ValueError(f"row_multiple={row_multiple} must be >= 1 (the local device count).")
+    if global_batch % (process_count * row_multiple):
         raise ValueError(
-            f"global batch {global_batch} is not divisible by process_count * devices = "
-            f"{process_count} * {num_devices}; change data.batch_size."
+            f"global batch {global_batch} is not divisible by process_count * row_multiple "
+            f"(local devices) = {process_count} * {row_multiple}; change data.batch_size."
         )
     return global_batch // process_count
 
@@ -101,7 +108,7 @@ class TrainIterator:
         encoded: EncodedPairs,
         *,
         global_batch: int,
-        num_devices: int,
+        row_multiple: int = 1,
         process_index: int = 0,
         process_count: int = 1,
         seed: int = 0,
@@ -109,8 +116,10 @@ class TrainIterator:
         drop_remainder: bool = True,
         batch_tokens: int = 0,
     ):
-        self._process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
-        self._shards = process_count * num_devices
+        self._process_batch = _check_layout(
+            global_batch, row_multiple, process_index, process_count
+        )
+        self._shards = process_count * row_multiple  # every batch's rows are a multiple
         self._process_count = process_count
         if len(encoded) < (global_batch if drop_remainder else 1):
             raise ValueError(
@@ -120,7 +129,6 @@ class TrainIterator:
             )
         self._encoded = encoded
         self._global_batch = global_batch
-        self._num_devices = num_devices
         self._process_index = process_index
         self._seed = int(seed)
         self._drop_remainder = bool(drop_remainder)
@@ -163,7 +171,7 @@ class TrainIterator:
 
     def bucket_rows(self, bucket: int) -> int:
         """Global rows of a batch of `bucket`: `global_batch`, or with `batch_tokens` as many
-        rows of that width as fit the token budget (a multiple of processes · devices)."""
+        rows of that width as fit the token budget (a multiple of processes · row_multiple)."""
         if not self._batch_tokens:
             return self._global_batch
         rows = self._batch_tokens // self._boundaries[bucket] // self._shards * self._shards
@@ -224,7 +232,7 @@ class TrainIterator:
         batch = make_batch(self._encoded, np.where(real, mine, 0), *self._widths(bucket))
         if not real.all():
             _fill_dummies(batch, real)
-        return shard_for_devices(batch, self._num_devices)
+        return batch  # (B_proc, ...)
 
     def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
         """The batches of one whole epoch, without moving the iterator (for reports)."""
@@ -275,7 +283,7 @@ def eval_batches(
     encoded: EncodedPairs,
     *,
     global_batch: int,
-    num_devices: int,
+    row_multiple: int = 1,
     process_index: int = 0,
     process_count: int = 1,
 ) -> Iterator[dict[str, np.ndarray]]:
@@ -283,10 +291,10 @@ def eval_batches(
 
     The last batch is filled with dummy examples of zero weight (`_fill_dummies`), so every
     real example counts exactly once and every batch has the same shape. Besides the train
-    keys, an `index` int32 (D, B_dev) gives each row's example index (-1 for the dummies), to
+    keys, an `index` int32 (B_proc,) gives each row's example index (-1 for the dummies), to
     pair outputs with references (e.g. for BLEU).
     """
-    process_batch = _check_layout(global_batch, num_devices, process_index, process_count)
+    process_batch = _check_layout(global_batch, row_multiple, process_index, process_count)
     n = len(encoded)
     num_batches = -(-n // global_batch)
     src_width, tgt_width = encoded.src.shape[1], encoded.tgt.shape[1]
@@ -298,4 +306,4 @@ def eval_batches(
         batch = make_batch(encoded, np.where(real, index, 0), src_width, tgt_width)
         _fill_dummies(batch, real)
         batch["index"] = np.where(real, index, -1).astype(np.int32)
-        yield shard_for_devices(batch, num_devices)
+        yield batch  # (B_proc, ...)

@@ -67,12 +67,18 @@ def truncate_pad(ids: Sequence[int], max_len: int) -> tuple[np.ndarray, int]:
     return out, len(seq)
 
 
+def encode_text(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Token ids + `<eos>` of one sentence, whole: a training source row and a translation
+    input are made by this one function (d2l §10.5 `build_array_nmt` appends `<eos>`)."""
+    return [*tokenizer.encode(text), EOS_ID]
+
+
 def tokenize_pairs(
     pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer
 ) -> TokenizedPairs:
     """Every pair tokenised once, `<eos>` appended, nothing cut."""
-    src = [list(src_tokenizer.encode(s)) + [EOS_ID] for s, _ in pairs]
-    tgt = [list(tgt_tokenizer.encode(t)) + [EOS_ID] for _, t in pairs]
+    src = [encode_text(src_tokenizer, s) for s, _ in pairs]
+    tgt = [encode_text(tgt_tokenizer, t) for _, t in pairs]
     lengths = lambda rows: np.fromiter(map(len, rows), np.int32, len(rows))
     return TokenizedPairs(src, tgt, lengths(src), lengths(tgt))
 
@@ -138,12 +144,4 @@ def make_batch(
         "tgt_in": tgt_in,
         "tgt_out": tgt_out,
         "tgt_weight": (tgt_out != PAD_ID).astype(np.float32),
-    }
-
-
-def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
-    """(B, ...) -> (D, B / D, ...): the leading axis a pmapped step maps over."""
-    return {
-        key: value.reshape((num_devices, value.shape[0] // num_devices) + value.shape[1:])
-        for key, value in batch.items()
     }

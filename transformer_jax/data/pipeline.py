@@ -24,6 +24,8 @@ class InputPipeline:
     translates every sentence); `eval_encoded` / `test_encoded` hold those within the length
     limits (teacher-forced loss needs fixed widths), and their `index` maps rows back to pairs.
     `split_sizes` counts the pairs of each split, the selected ones and the skipped ones.
+    Batches are per process, leaves (B_proc, ...) (`batching`); `training.DataParallel`
+    splits them over devices.
     """
 
     train_iter: batching.TrainIterator
@@ -35,7 +37,7 @@ class InputPipeline:
     test_encoded: EncodedPairs
     split_sizes: dict[str, int]
     train_lengths: lengths.LengthStats
-    num_devices: int
+    row_multiple: int
     process_index: int
     process_count: int
     global_batch: int
@@ -48,7 +50,7 @@ class InputPipeline:
         return batching.eval_batches(
             encoded,
             global_batch=self.global_batch,
-            num_devices=self.num_devices,
+            row_multiple=self.row_multiple,
             process_index=self.process_index,
             process_count=self.process_count,
         )
@@ -57,7 +59,7 @@ class InputPipeline:
 def create_input_pipeline(
     cfg: ml_collections.ConfigDict,
     *,
-    num_devices: int,
+    row_multiple: int = 1,
     process_index: int = 0,
     process_count: int = 1,
     cache_dir: str | Path | None = None,
@@ -65,13 +67,15 @@ def create_input_pipeline(
 ) -> InputPipeline:
     """Builds (if needed) and reads the dataset, builds tokenizers, and sets up batching.
 
+    `row_multiple`: every per-process batch gets a multiple of this many rows; pass the local
+    device count (`DataParallel.num_local_devices`) so that batches split evenly over them.
     `cache_dir` holds trained SentencePiece models; default `<data_dir>/tokenizers`.
     `tokenizers` (source, target), e.g. a workdir's saved ones, are used instead of building
     them from the config.
     Every process reads the same splits and derives the same global order; each then
     materialises only its own slice of every batch.
     """
-    validate_data_config(cfg, num_devices=num_devices, process_count=process_count)
+    validate_data_config(cfg, num_devices=row_multiple, process_count=process_count)
     train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
     eval_pairs = sources.load_split_pairs(cfg, cfg.eval_split)
     test_pairs = sources.load_split_pairs(cfg, cfg.test_split)
@@ -123,7 +127,7 @@ def create_input_pipeline(
     train_iter = batching.TrainIterator(
         train_encoded,
         global_batch=cfg.batch_size,
-        num_devices=num_devices,
+        row_multiple=row_multiple,
         process_index=process_index,
         process_count=process_count,
         seed=cfg.shuffle_seed,
@@ -175,7 +179,7 @@ def create_input_pipeline(
         test_encoded=test_encoded,
         split_sizes=sizes,
         train_lengths=stats,
-        num_devices=num_devices,
+        row_multiple=row_multiple,
         process_index=process_index,
         process_count=process_count,
         global_batch=cfg.batch_size,

@@ -3,9 +3,12 @@ and the `train_and_evaluate` loop.
 
     from transformer_jax import training
     training.train_and_evaluate(config, workdir)
+    built = training.build(config, src_vocab_size=V, tgt_vocab_size=V)  # model, optimizer,
+    state = built.parallel.put_replicated(built.init_state())          # mapped steps, state
     bundle = training.load_for_inference(workdir)   # params, tokenizers, model config
 """
 
+from transformer_jax.training.builder import Built, build
 from transformer_jax.training.checkpoints import (
     InferenceBundle,
     NoCheckpointError,
@@ -20,15 +23,17 @@ from transformer_jax.training.losses import smoothed_cross_entropy, weighted_los
 from transformer_jax.training.optimizer import make_optimizer, paper_schedule
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import TrainState, create_train_state, model_config_from
-from transformer_jax.training.step import eval_step, step_kwargs, train_step, train_steps
+from transformer_jax.training.step import eval_step, train_step, train_steps
 from transformer_jax.training.train import NonFiniteLossError, train_and_evaluate
 
 __all__ = [
+    "Built",
     "DataParallel",
     "InferenceBundle",
     "NoCheckpointError",
     "NonFiniteLossError",
     "TrainState",
+    "build",
     "create_train_state",
     "eval_step",
     "load_for_inference",
@@ -38,7 +43,6 @@ __all__ = [
     "resolve_num_train_steps",
     "smoothed_cross_entropy",
     "train_and_evaluate",
-    "step_kwargs",
     "train_step",
     "train_steps",
     "training_defaults",

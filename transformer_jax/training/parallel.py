@@ -1,11 +1,14 @@
-"""How the per-device steps are mapped over devices: the one place that knows.
+"""How the per-device steps are mapped over devices: the one place that knows devices.
 
+The input pipeline yields per-process host batches, leaves (B_proc, ...) (each process its
+contiguous slice of the global batch); `put_batch` alone splits them over the devices.
 `pmap` (the design's choice): the state unmapped (`in_axes=None`, one replicated array
-per leaf), batches shaped (D_local, B_dev, ...) and mapped over the local devices.
+per leaf), batches reshaped to (D_local, B_dev, ...) and mapped over the local devices.
 `shard_map` (JAX's successor): `jax.jit(jax.shard_map(...))` over a 1-D mesh of all
-devices; state is a replicated global array, the batch a global array (D · B_dev, ...)
-sharded on its leading axis. Both run the same step functions, with the same axis name,
-and on several processes (each passes only its local devices' data).
+devices; state is a replicated global array, the batch a global array
+(processes · B_proc, ...) sharded on its leading axis. Both run the same step functions,
+with the same axis name, and on several processes (each passes only its own rows).
+B_dev = B_proc / D_local rows reach each device either way.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class DataParallel:
 
     @property
     def num_local_devices(self) -> int:
+        """D_local: a per-process batch's rows must be a multiple of it (`put_batch`)."""
         return jax.local_device_count()
 
     # --- mapping -------------------------------------------------------------------------
@@ -51,8 +55,8 @@ class DataParallel:
         return jax.jit(mapped, donate_argnums=(0,))
 
     def map_train_steps(self, steps_fn: Callable) -> Callable:
-        """(state, batches) -> (state, metrics) for `train_steps`: batches carry a leading
-        steps axis N after the device axis, host (D_local, N, B_dev, ...)."""
+        """(state, batches) -> (state, metrics) for `train_steps`: the device batches of
+        `put_batches`, with a steps axis N (metrics come back stacked, (N,))."""
         fn = functools.partial(steps_fn, axis_name=AXIS)
         if self.kind == "pmap":
             return _pmap_replicated_state(fn, donate=True)
@@ -81,27 +85,54 @@ class DataParallel:
         )
 
     def put_batch(self, batch: dict[str, np.ndarray]) -> Any:
-        """Host batch with leaves (D_local, B_dev, ...) -> device batch for the mapped step."""
+        """Per-process host batch, leaves (B_proc, ...) -> device batch for the mapped step.
+
+        pmap: numpy (D_local, B_dev, ...), which pmap shards over the local devices itself.
+        shard_map: global arrays (processes · B_proc, ...) sharded on the leading axis.
+        """
         if self.kind == "pmap":
-            return batch  # pmap shards the leading axis over the local devices itself
+            return {k: self._split_rows(k, v) for k, v in batch.items()}
         sharding = NamedSharding(self.mesh, P(AXIS))
         return {
-            k: jax.make_array_from_process_local_data(sharding, v.reshape((-1,) + v.shape[2:]))
+            k: jax.make_array_from_process_local_data(sharding, self._check_rows(k, v))
             for k, v in batch.items()
         }
 
     def put_batches(self, batches: list[dict[str, np.ndarray]]) -> Any:
-        """N host batches (D_local, B_dev, ...) -> one stacked device batch for `train_steps`."""
-        stacked = {k: np.stack([b[k] for b in batches], axis=1) for k in batches[0]}
+        """N per-process host batches (B_proc, ...) -> one device batch for `train_steps`.
+
+        pmap: numpy (D_local, N, B_dev, ...). shard_map: global arrays
+        (N, processes · B_proc, ...) sharded on the rows axis.
+        """
         if self.kind == "pmap":
-            return stacked  # (D_local, N, B_dev, ...)
+            return {
+                k: np.stack([self._split_rows(k, b[k]) for b in batches], axis=1)
+                for k in batches[0]
+            }  # (D_local, N, B_dev, ...)
         sharding = NamedSharding(self.mesh, P(None, AXIS))
         return {
             k: jax.make_array_from_process_local_data(
-                sharding, np.swapaxes(v, 0, 1).reshape(v.shape[1], -1, *v.shape[3:])
-            )  # (N, D_local · B_dev, ...)
-            for k, v in stacked.items()
+                sharding, np.stack([self._check_rows(k, b[k]) for b in batches])
+            )  # (N, B_proc, ...) per process
+            for k in batches[0]
         }
+
+    def _check_rows(self, key: str, value: np.ndarray) -> np.ndarray:
+        """`value` (B_proc, ...) unchanged if its rows split evenly over the local devices."""
+        devices = self.num_local_devices
+        if np.ndim(value) == 0 or np.shape(value)[0] % devices:
+            raise ValueError(
+                f"batch[{key!r}] has shape {np.shape(value)}: a per-process batch (B_proc, ...) "
+                f"needs a multiple of the {devices} local devices as rows. Make "
+                f"data.batch_size a multiple of processes · devices = "
+                f"{jax.process_count() * devices}."
+            )
+        return value
+
+    def _split_rows(self, key: str, value: np.ndarray) -> np.ndarray:
+        """(B_proc, ...) -> (D_local, B_dev, ...): contiguous rows per device, in order."""
+        value = np.asarray(self._check_rows(key, value))
+        return value.reshape((self.num_local_devices, -1) + value.shape[1:])
 
     def get_replicated(self, tree: Any) -> Any:
         """Replicated device pytree (state or metrics) -> one host (numpy) copy."""

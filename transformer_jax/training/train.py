@@ -7,7 +7,6 @@ TensorBoard) and data-parallel over all devices of all processes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 import warnings
@@ -23,22 +22,15 @@ from transformer_jax import data as data_lib
 from transformer_jax.decoding import DecodingWarning, decode_settings, translate
 from transformer_jax.evaluation.bleu import corpus_bleu, detokenize_book
 from transformer_jax.evaluation.report import book_style
-from transformer_jax.nn import Transformer
 from transformer_jax.runtime import configure_process
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import finetune, history
+from transformer_jax.training.builder import build
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
-from transformer_jax.training.optimizer import make_optimizer
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.resume import ConfigChange, check_resume_config, log_changes
-from transformer_jax.training.state import (
-    abstract_train_state,
-    create_train_state,
-    model_config_from,
-)
 from transformer_jax.training.state_checks import check_restored, nonfinite_leaves
-from transformer_jax.training.step import eval_step, step_kwargs, train_step, train_steps
 from transformer_jax.training.workdir import check_workdir
 
 
@@ -52,7 +44,7 @@ class StepEnd:
 
     step: int  # optimizer steps done
     total_steps: int
-    batches: list[dict[str, np.ndarray]]  # this call's host batches, leaves (D_local, B_dev, ...)
+    batches: list[dict[str, np.ndarray]]  # this call's host batches, leaves (B_proc, ...)
     params: Callable[[], Any]  # fetches the current parameters to the host (waits for the step)
 
 
@@ -96,7 +88,7 @@ def train_and_evaluate(
     )
     pipeline = data_lib.create_input_pipeline(
         config.data,
-        num_devices=jax.local_device_count(),
+        row_multiple=parallel.num_local_devices,  # so put_batch splits every batch evenly
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         tokenizers=data_lib.load_tokenizers(tokenizer_dir) if tokenizer_dir else None,
@@ -106,10 +98,15 @@ def train_and_evaluate(
     total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
     vocab_meta = ckpt.vocabulary_meta(src_tok, tgt_tok)
 
-    # ---------------------------------------------------------------- model and optimizer
-    model_config = model_config_from(config, src_tok.vocab_size, tgt_tok.vocab_size)
-    tx, schedule = make_optimizer(config, model_config.model_dim, total_steps)
-    abstract_state = abstract_train_state(model_config, tx)
+    # ---------------------------------------------------------------- model, optimizer, steps
+    built = build(
+        config,
+        src_vocab_size=src_tok.vocab_size,
+        tgt_vocab_size=tgt_tok.vocab_size,
+        total_steps=total_steps,
+        parallel=parallel,
+    )
+    abstract_state = built.abstract_state()
 
     # ---------------------------------------------------------------- restore or initialise
     if is_main:
@@ -158,7 +155,7 @@ def train_and_evaluate(
                 )
             if init_from is not None:
                 state, source_step = finetune.init_from_state(
-                    init_from, abstract_state, tx, config.seed
+                    init_from, abstract_state, built.tx, config.seed
                 )
                 vocab_meta.update(finetune.provenance(init_from, source_step))
                 log(
@@ -167,7 +164,7 @@ def train_and_evaluate(
                     source_step,
                 )
             else:
-                state = create_train_state(model_config, tx, config.seed)
+                state = built.init_state()
     except BaseException:  # a refused start leaves no manager threads behind
         manager.close()
         raise
@@ -191,12 +188,7 @@ def train_and_evaluate(
         f"{sum(x.size for x in jax.tree.leaves(state.params)):,}",
     )
 
-    # ---------------------------------------------------------------- map the steps
-    kwargs = step_kwargs(config, model_config, tx, schedule)
-    p_train_step = parallel.map_train_step(functools.partial(train_step, **kwargs))
-    # Several optimizer steps per call (lax.scan) when config.steps_per_call > 1.
-    p_train_steps = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
-
+    # ---------------------------------------------------------------- call boundaries
     def next_boundary(step: int) -> int:
         """The first step after `step` that logs, evaluates, checkpoints or ends the run."""
         ends = [total_steps]
@@ -209,10 +201,6 @@ def train_and_evaluate(
                 ends.append((step // every + 1) * every)
         return min(ends)
 
-    eval_model_config = model_config.replace(deterministic=True)
-    p_eval_step = parallel.map_eval_step(
-        functools.partial(eval_step, model=Transformer(eval_model_config))
-    )
     device_state = parallel.put_replicated(state)
     del state  # the device copy is donated to the step from here on
 
@@ -222,13 +210,13 @@ def train_and_evaluate(
             if config.eval.num_batches and i >= config.eval.num_batches:
                 break
             batch = {k: v for k, v in batch.items() if k != "index"}
-            sums.append(p_eval_step(device_state.params, parallel.put_batch(batch)))
+            sums.append(built.eval_step(device_state.params, parallel.put_batch(batch)))
         summary = summarize(sum_tree(parallel.get_replicated(sums)))
         bleu = (
             _bleu(
                 config,
                 parallel.get_replicated(device_state.params),
-                eval_model_config,
+                built.eval_model_config,
                 pipeline,
                 writer if record else None,
                 step,
@@ -274,10 +262,10 @@ def train_and_evaluate(
             host_batches = [next(train_iter) for _ in range(n)]
             if n == 1:
                 batch = parallel.put_batch(host_batches[0])
-                device_state, metrics = p_train_step(device_state, batch)
-            else:
+                device_state, metrics = built.train_step(device_state, batch)
+            else:  # several optimizer steps in one call (lax.scan): config.steps_per_call
                 batches = parallel.put_batches(host_batches)
-                device_state, metrics = p_train_steps(device_state, batches)
+                device_state, metrics = built.train_steps(device_state, batches)
             step += n
             pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
             stop = after_step is not None and after_step(
