@@ -47,10 +47,9 @@ def run_seed(
 ) -> dict:
     """Train one seed (fresh workdir), then translate and score the book's four sentences."""
     from configs import fra_eng
-    from transformer_jax.decoding import translate
     from transformer_jax.evaluation import book_bleu
+    from transformer_jax.inference import Translator
     from transformer_jax.training import train_and_evaluate
-    from transformer_jax.training.checkpoints import load_for_inference
 
     config = fra_eng.get_config("d2l")
     config.seed = seed
@@ -75,13 +74,8 @@ def run_seed(
     # The book times its training loop; ours includes set-up and compilation as well.
     train_seconds = trained["at"] - start
 
-    bundle = load_for_inference(workdir)
     num_steps = config.data.max_tgt_len  # the book's num_steps bounds the output too
-    translations = translate(
-        bundle.model_config,
-        bundle.params,
-        bundle.src_tokenizer,
-        bundle.tgt_tokenizer,
+    translations = Translator.from_workdir(workdir).translate(
         ENGLISH,
         beam_size=1,
         max_decode_len=num_steps,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -38,9 +39,10 @@ import ml_collections
 from benchmarks import common
 from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
 from transformer_jax.evaluation.bleu import format_length_table
-from transformer_jax.evaluation.report import evaluate_bundle
+from transformer_jax.evaluation.report import evaluate_translator
+from transformer_jax.inference import Translator
 from transformer_jax.runtime import configure_process
-from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR, InferenceBundle
+from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR
 from transformer_jax.training.config import load_config_file
 from transformer_jax.training.state import model_config_from
 from transformer_jax.training.train import StepEnd, train_and_evaluate
@@ -123,8 +125,8 @@ class TestScorer:
         # The loop saved its tokenizers before the first step; the dataset is built by then too.
         src_tok, tgt_tok = load_tokenizers(workdir / TOKENIZER_DIR)
         model_config = model_config_from(config, src_tok.vocab_size, tgt_tok.vocab_size)
-        self.bundle = InferenceBundle(
-            config, model_config.replace(deterministic=True), None, src_tok, tgt_tok, 0
+        self.translator = Translator.from_params(
+            model_config, None, src_tok, tgt_tok, config=config
         )
         test = load_split_pairs(config.data, config.data.test_split)
         self.pairs = spread_subset(test, args.num_test)
@@ -133,11 +135,11 @@ class TestScorer:
         self.length_rows: dict[int, list[dict[str, Any]]] = {}  # per beam, of the last call
 
     def __call__(self, params: Any) -> dict[str, float]:
-        self.bundle.params = params
+        translator = dataclasses.replace(self.translator, params=params)
         scores = {}
         for beam in self.beams:
-            report = evaluate_bundle(
-                self.bundle,
+            report = evaluate_translator(
+                translator,
                 self.pairs,
                 num_samples=0,
                 with_loss=False,

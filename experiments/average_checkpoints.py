@@ -27,8 +27,9 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from transformer_jax.inference import Translator
     from transformer_jax.training.averaging import write_averaged_checkpoint
-    from transformer_jax.training.checkpoints import NoCheckpointError, load_for_inference
+    from transformer_jax.training.checkpoints import NoCheckpointError
 
     output = FLAGS.output_workdir or f"{FLAGS.workdir.rstrip('/')}_avg{FLAGS.last}"
     try:
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> None:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)
     # Read back as evaluate will: proves the new workdir loads, and names the steps it holds.
-    steps = load_for_inference(written).averaged_steps
+    steps = Translator.from_workdir(written).averaged_steps
     print(f"Wrote the average of the checkpoints at steps {list(steps)} to {written}.")
     print(f"Evaluate it with: python -m experiments.evaluate --workdir={written}")
 

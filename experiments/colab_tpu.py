@@ -77,16 +77,16 @@ print({k: round(v, 3) for k, v in final.items() if isinstance(v, float)})
 
 # %% [markdown]
 # ## Translate
+# `Translator.from_workdir` restores the parameters of the newest checkpoint (not the
+# optimizer state) with the run's tokenizers and decoding settings; `prepare` lowercases and
+# spaces punctuation as the training data was.
 
 # %%
-from transformer_jax.decoding import translate
-from transformer_jax.training.checkpoints import load_for_inference
+from transformer_jax.inference import Translator
 
-bundle = load_for_inference(WORKDIR)
-sentences = ["go .", "i lost .", "he's calm .", "i'm home ."]
-translations = translate(
-    bundle.model_config, bundle.params, bundle.src_tokenizer, bundle.tgt_tokenizer, sentences
-)
+translator = Translator.from_workdir(WORKDIR)
+sentences = [translator.prepare(s) for s in ["Go.", "I lost.", "He's calm.", "I'm home."]]
+translations = translator.translate(sentences)
 for en, fr in zip(sentences, translations, strict=True):
     print(f"{en!r:>16} => {fr!r}")
 
@@ -98,18 +98,8 @@ for en, fr in zip(sentences, translations, strict=True):
 # %%
 from IPython.display import Image, display
 
-from transformer_jax.decoding import attention_weights
 from transformer_jax.evaluation import plot_attention
 
-src_ids = bundle.src_tokenizer.encode(sentences[0]) + [2]  # + <eos>
-tgt_ids = bundle.tgt_tokenizer.encode(translations[0]) + [2]
-maps = attention_weights(
-    bundle.model_config,
-    bundle.params,
-    src_ids,
-    tgt_ids,
-    src_tokens=[bundle.src_tokenizer.decode([i]) or "<eos>" for i in src_ids],
-    tgt_tokens=["<bos>"] + [bundle.tgt_tokenizer.decode([i]) or "<eos>" for i in tgt_ids],
-)
+maps = translator.attention_maps(sentences[0])
 png = plot_attention(maps, os.path.join(WORKDIR, "attention.png"))
 display(Image(filename=str(png)))

@@ -1,12 +1,14 @@
-r"""Evaluate a trained run on its test split: flags in, `evaluation.evaluate_workdir` out.
+r"""Evaluate a trained run on a split of its data: flags in, `evaluation.evaluate_workdir` out.
 
     python -m experiments.evaluate --workdir=runs/fra_eng
+    python -m experiments.evaluate --workdir=runs/fra_eng --split=validation
     python -m experiments.evaluate --workdir=runs/fra_eng --beam_size=4 --num_examples=500
     python -m experiments.evaluate --workdir=runs/fra_eng --average_last=3  # mean of 3 ckpts
 
 Scores the whole test split by default: sacreBLEU and chrF with their signatures and BLEU by
-source length. Writes eval_report.json, eval_report.md and training_curves.png into the
-workdir and prints the Markdown report.
+source length. `--split` takes the dataset's split names (train, validation, test; fra_eng
+also full) and TFDS slices such as test[:500]. Writes eval_report.json, eval_report.md and
+training_curves.png into the workdir and prints the Markdown report.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
-flags.DEFINE_enum("split", "test", ["test", "eval"], "Which split of the run's data to score.")
+flags.DEFINE_string(
+    "split",
+    None,
+    "Split of the run's dataset to score (train, validation, test, ...); default data.test_split.",
+)
 flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
 flags.DEFINE_integer(
     "average_last",
@@ -43,9 +49,12 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir
-    from transformer_jax.training.checkpoints import NoCheckpointError
+    from transformer_jax.runtime import configure_process
+    from transformer_jax.training.checkpoints import NoCheckpointError, load_config
 
     try:
+        # The run's process settings (XLA flags, allocator) before JAX starts its backend.
+        configure_process(load_config(FLAGS.workdir))
         evaluate_workdir(
             FLAGS.workdir,
             split=FLAGS.split,

@@ -1,13 +1,15 @@
 r"""Translate sentences with a trained run: flags in, `evaluation.translate_workdir` out.
 
     python -m experiments.translate --workdir=runs/fra_eng "go ." "i lost ."
-    python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 < sentences.txt
-    python -m experiments.translate --workdir=runs/fra_eng --input_file=sentences.txt \
-        --attention_plot=attention.png "he's calm ."
+    python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 < in.txt > out.txt
+    python -m experiments.translate --workdir=runs/fra_eng --input_file=in.txt \
+        --format=tsv --output_file=out.tsv --attention_plot=attention.png
 
 Sentences come from the command line (one per argument, even across a newline), else
-`--input_file` (one per line, split on `\n` only), else stdin. stdout gets exactly one line
-per sentence, in order; control characters of the input are replaced by spaces.
+`--input_file` (one per line, split on `\n` only), else stdin. The output (stdout, or
+`--output_file`) has exactly one line per sentence, in order: the translation (an empty line
+for an empty input), or with `--format=tsv` the source, a tab and the translation. Notes and
+warnings (invalid UTF-8, over-long inputs) go to stderr.
 """
 
 from __future__ import annotations
@@ -36,21 +38,33 @@ flags.DEFINE_integer(
     "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
 )
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
+flags.DEFINE_string("output_file", None, "Write the translations here (UTF-8); default stdout.")
+flags.DEFINE_enum(
+    "format", "plain", ["plain", "tsv"], "plain: the translation; tsv: source<TAB>translation."
+)
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
 flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv: list[str]) -> None:
-    from transformer_jax.evaluation.translate_cli import read_sentences, translate_workdir
-    from transformer_jax.training.checkpoints import NoCheckpointError
+    from transformer_jax.evaluation.translate_cli import (
+        read_sentences,
+        translate_workdir,
+        write_lines,
+    )
+    from transformer_jax.runtime import configure_process
+    from transformer_jax.training.checkpoints import NoCheckpointError, load_config
 
-    sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-    if not sentences:
-        raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
     try:
+        # The run's process settings (XLA flags, allocator) before JAX starts its backend.
+        configure_process(load_config(FLAGS.workdir))
+        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+        if not sentences:
+            raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
         lines = translate_workdir(
             FLAGS.workdir,
             sentences,
+            output_format=FLAGS.format,
             step=FLAGS.step,
             average_last=FLAGS.average_last,
             beam_size=FLAGS.beam_size,
@@ -58,10 +72,10 @@ def main(argv: list[str]) -> None:
             max_decode_len=FLAGS.max_decode_len,
             attention_plot=FLAGS.attention_plot,
         )
-    except (NoCheckpointError, ValueError) as error:
+        write_lines(lines, FLAGS.output_file, sys.stdout)
+    except (NoCheckpointError, OSError, ValueError) as error:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from transformer_jax.nn import ModelConfig, Transformer
-from transformer_jax.training import checkpoints as ckpt
 
 REPO = Path(__file__).resolve().parents[1]
 # Shared by every training test's subprocesses: each compile (~10-20 s on 2 busy cores) is
@@ -105,4 +104,6 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> str:
 
 
 def flat_params(workdir: Path, step: int | None = None) -> np.ndarray:
-    return np.asarray(ravel_pytree(ckpt.load_for_inference(workdir, step).params)[0])
+    from transformer_jax.inference import Translator
+
+    return np.asarray(ravel_pytree(Translator.from_workdir(workdir, step).params)[0])

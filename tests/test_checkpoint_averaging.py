@@ -1,5 +1,5 @@
 """Checkpoint averaging (training/averaging.py): the float64 mean of parameter trees, and the
-average of a tiny real run's checkpoints through the library, load_for_inference and the
+average of a tiny real run's checkpoints through the library, Translator.from_workdir and the
 `experiments.average_checkpoints` command."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, subprocess_env
-from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.inference import Translator
 from transformer_jax.training.averaging import (
     TooFewCheckpointsError,
     average_checkpoints,
@@ -154,7 +154,7 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def test_average_checkpoints_is_the_mean_of_the_restored_params(workdir):
-    last_two = [ckpt.load_for_inference(workdir, step).params for step in (2, 3)]
+    last_two = [Translator.from_workdir(workdir, step).params for step in (2, 3)]
     params, steps = average_checkpoints(workdir, 2)
     assert steps == (2, 3)
     want = float64_mean(last_two)
@@ -163,13 +163,13 @@ def test_average_checkpoints_is_the_mean_of_the_restored_params(workdir):
         jax.tree.leaves(params)[0], jax.tree.leaves(last_two[1])[0]
     )
 
-    bundle = ckpt.load_for_inference(workdir, average_last=2)
-    assert bundle.step == 3 and bundle.averaged_steps == (2, 3)
-    assert_trees_equal(bundle.params, want)
+    translator = Translator.from_workdir(workdir, average_last=2)
+    assert translator.step == 3 and translator.averaged_steps == (2, 3)
+    assert_trees_equal(translator.params, want)
     # Ending at an earlier step: the 2 checkpoints up to step 2.
-    earlier = ckpt.load_for_inference(workdir, step=2, average_last=2)
+    earlier = Translator.from_workdir(workdir, step=2, average_last=2)
     assert earlier.step == 2 and earlier.averaged_steps == (1, 2)
-    plain = ckpt.load_for_inference(workdir)
+    plain = Translator.from_workdir(workdir)
     assert plain.averaged_steps == ()
 
 
@@ -180,7 +180,7 @@ def test_more_checkpoints_than_kept_is_a_clear_error(workdir):
     assert "has only 3 readable" in message and "steps [1, 2, 3]" in message
     assert "--config.keep_checkpoints=5" in message
     with pytest.raises(TooFewCheckpointsError, match="has only 2 readable up to step 2"):
-        ckpt.load_for_inference(workdir, step=2, average_last=3)
+        Translator.from_workdir(workdir, step=2, average_last=3)
     with pytest.raises(ValueError, match="use 1 \\(no averaging\\) or more"):
         average_checkpoints(workdir, 0)
 
@@ -206,10 +206,10 @@ def test_command_writes_a_workdir_evaluate_can_read(workdir, tmp_path):
     assert f"python -m experiments.evaluate --workdir={output}" in result.stdout
     assert "steps [1, 2, 3]" in result.stdout
 
-    bundle = ckpt.load_for_inference(output)
-    assert bundle.step == STEPS and bundle.averaged_steps == (1, 2, 3)
-    want = float64_mean([ckpt.load_for_inference(workdir, s).params for s in (1, 2, 3)])
-    assert_trees_equal(bundle.params, want)
+    translator = Translator.from_workdir(output)
+    assert translator.step == STEPS and translator.averaged_steps == (1, 2, 3)
+    want = float64_mean([Translator.from_workdir(workdir, s).params for s in (1, 2, 3)])
+    assert_trees_equal(translator.params, want)
     assert sorted(p.name for p in (output / "checkpoints").iterdir()) == [str(STEPS)]
 
     # Writing again into the same place, or into the run itself, is refused.

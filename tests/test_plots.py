@@ -6,8 +6,12 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from transformer_jax.decoding import AttentionMaps
-from transformer_jax.evaluation import plot_attention, plot_training_curves, show_heatmaps
+from transformer_jax.evaluation import (
+    AttentionMaps,
+    plot_attention,
+    plot_training_curves,
+    show_heatmaps,
+)
 
 
 def png_shape(path):

@@ -14,12 +14,15 @@ import signal
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from tests.helpers import EVERY, STEPS, finish, flat_params, launch
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.training.state import abstract_train_state
+from transformer_jax.training.state_checks import CorruptCheckpointError
 
 pytestmark = [
     pytest.mark.slow,
@@ -72,45 +75,75 @@ def test_killed_run_resumes_to_the_same_parameters(uninterrupted, tmp_path):
     np.testing.assert_array_equal(flat_params(workdir), flat_params(uninterrupted))
 
 
-def test_inference_bundle_translates(uninterrupted):
-    from transformer_jax.decoding import translate
+def test_translator_restores_the_params_alone_and_translates(uninterrupted, monkeypatch):
+    from transformer_jax.inference import Translator
+    from transformer_jax.training import optimizer
 
-    bundle = ckpt.load_for_inference(uninterrupted)
-    assert bundle.step == STEPS and bundle.model_config.deterministic
-    out = translate(
-        bundle.model_config,
-        bundle.params,
-        bundle.src_tokenizer,
-        bundle.tgt_tokenizer,
-        ["i am cold .", "go !"],
-        max_decode_len=8,
+    def no_optimizer(*args, **kwargs):
+        raise AssertionError("inference must not build an optimizer")
+
+    monkeypatch.setattr(optimizer, "make_optimizer", no_optimizer)
+    translator = Translator.from_workdir(uninterrupted)
+    assert translator.step == STEPS and translator.model_config.deterministic
+    assert translator.averaged_steps == ()
+    # The params subtree equals the one a full restore (as a resume does) reads.
+    config = ckpt.load_config(uninterrupted)
+    monkeypatch.undo()
+    tx, _ = optimizer.make_optimizer(config, translator.model_config.model_dim)
+    manager = ckpt.make_manager(uninterrupted, keep=2, read_only=True)
+    state, _, _ = ckpt.restore_latest(
+        manager, abstract_train_state(translator.model_config, tx), quarantine=False
     )
+    manager.close()
+    leaves = zip(jax.tree.leaves(translator.params), jax.tree.leaves(state.params), strict=True)
+    for got, want in leaves:
+        np.testing.assert_array_equal(got, want)
+    out = translator.translate(["i am cold .", "go !"], max_decode_len=8)
     assert len(out) == 2 and all(isinstance(s, str) for s in out)
 
 
+def test_params_whose_bytes_changed_are_refused(uninterrupted, tmp_path, caplog):
+    """Finite but altered params (here: the saved digest of one leaf no longer matches)
+    are not used: the previous checkpoint is, and the log names the leaf."""
+    from transformer_jax.inference import Translator
+
+    workdir = tmp_path / "altered"
+    shutil.copytree(uninterrupted, workdir)
+    meta_file = next((workdir / "checkpoints" / str(STEPS) / "meta").glob("*metadata*"))
+    meta = json.loads(meta_file.read_text())
+    key = next(k for k in meta["leaf_digests"] if k.startswith(".params"))
+    meta["leaf_digests"][key] = "0" * 32
+    meta_file.write_text(json.dumps(meta))
+    assert Translator.from_workdir(workdir).step == STEPS - EVERY
+    assert "differ from what was saved" in caplog.text and key in caplog.text
+    with pytest.raises(CorruptCheckpointError, match="differ from what was saved"):
+        Translator.from_workdir(workdir, step=STEPS)  # asked for by name: an error
+
+
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path, caplog):
+    from transformer_jax.inference import Translator
+
     workdir = tmp_path / "corrupt"
     shutil.copytree(uninterrupted, workdir)
     for path in (workdir / "checkpoints" / str(STEPS) / "state").rglob("*"):
         if path.is_file():
             path.write_bytes(b"garbage")
-    bundle = ckpt.load_for_inference(workdir)  # read-only: reports, does not move anything
-    assert bundle.step == STEPS - EVERY
+    translator = Translator.from_workdir(workdir)  # read-only: reports, moves nothing
+    assert translator.step == STEPS - EVERY
     assert "corrupt" in caplog.text and str(STEPS) in caplog.text
 
     # Training's restore moves the bad step aside, so the resumed run can save it again.
     config = ckpt.load_config(workdir)
     manager = ckpt.make_manager(workdir, keep=2)
     from transformer_jax.training.optimizer import make_optimizer
-    from transformer_jax.training.state import abstract_train_state
 
-    tx, _ = make_optimizer(config, bundle.model_config.model_dim)
+    tx, _ = make_optimizer(config, translator.model_config.model_dim)
     state, data_state, meta = ckpt.restore_latest(
-        manager, abstract_train_state(bundle.model_config, tx)
+        manager, abstract_train_state(translator.model_config, tx)
     )
     manager.close()
     assert int(state.step) == STEPS - EVERY and data_state["position"] >= 0
-    assert meta["src_vocab_size"] == bundle.src_tokenizer.vocab_size
+    assert meta["src_vocab_size"] == translator.src_tokenizer.vocab_size
     assert not (workdir / "checkpoints" / str(STEPS)).exists()
     assert list((workdir / ckpt.CORRUPT_DIR).iterdir())
 
@@ -136,11 +169,13 @@ def test_nan_loss_stops_the_run_and_is_never_saved(tmp_path):
 
 def test_no_checkpoint_error_names_directory_and_command(tmp_path):
     (tmp_path / "config.json").write_text("{}")
+    from transformer_jax.inference import Translator
+
     with pytest.raises(ckpt.NoCheckpointError, match="experiments.train") as error:
-        ckpt.load_for_inference(tmp_path)
+        Translator.from_workdir(tmp_path)
     assert str(tmp_path / "checkpoints") in str(error.value)
     with pytest.raises(ckpt.NoCheckpointError, match="not a training workdir"):
-        ckpt.load_for_inference(tmp_path / "missing")
+        Translator.from_workdir(tmp_path / "missing")
 
 
 def test_process_environment_is_unchanged():

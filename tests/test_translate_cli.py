@@ -19,6 +19,7 @@ from transformer_jax.evaluation import (
     translate_workdir,
 )
 from transformer_jax.evaluation.report import CURVES_PNG, REPORT_JSON, REPORT_MD
+from transformer_jax.evaluation.text_lines import clean_text
 
 needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
@@ -56,21 +57,29 @@ def test_read_sentences_from_args_file_and_stdin(tmp_path):
 
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
-def test_translate_workdir_lines_messages_and_attention_plot(workdir, tmp_path):
-    plot = tmp_path / "att.png"
+def test_translate_workdir_plain_tsv_notes_and_attention_plot(workdir, tmp_path):
+    from transformer_jax.inference import Translator
+
+    plot, notes = tmp_path / "att.png", io.StringIO()
     long = " ".join(["go"] * 30)  # 31 tokens with <eos>, beyond the training limit 24
-    lines = translate_workdir(workdir, ["Go.", "", "i lost .", long], attention_plot=plot)
-    assert lines[0].startswith("go . => ")  # the book's preprocessing was applied
-    assert lines[1] == "[1] <empty input: nothing to translate>"
-    assert lines[2].startswith("i lost . => ")
-    assert lines[3].startswith(f"{long} => ")
-    assert lines[3].endswith(
-        "(input of 31 tokens, longer than the training limit 24: translated whole)"
+    inputs = ["Go.", "", "i\tlost .", long]
+    tsv = translate_workdir(workdir, inputs, output_format="tsv", attention_plot=plot, stderr=notes)
+    assert len(tsv) == 4  # one per sentence: the plot and the notes are elsewhere
+    sources, translations = zip(*(line.split("\t") for line in tsv), strict=True)
+    assert sources == ("Go.", "", "i lost .", long)  # the input, control characters out
+    assert translations[1] == ""  # an empty input: an empty translation, no message
+    # Plain output is the translation column, the book's preprocessing applied first.
+    translator = Translator.from_workdir(workdir)
+    want = translator.translate(["go .", "", "i lost .", long], warn=False)
+    plain = translate_workdir(workdir, inputs, translator=translator, stderr=io.StringIO())
+    assert plain == list(translations) == [clean_text(w).strip() for w in want]
+    assert notes.getvalue() == (
+        "note: sentence 4 has 31 tokens, more than the longest the model was trained on (24): "
+        "translated whole.\n"
     )
-    assert len(lines) == 4  # one per sentence: the plot is noted in the log
     assert plot.stat().st_size > 1000
-    beam = translate_workdir(workdir, ["go ."], beam_size=3)
-    assert beam[0].startswith("go . => ")
+    beam = translate_workdir(workdir, ["go ."], beam_size=3, translator=translator)
+    assert beam == [translator.translate(["go ."], beam_size=3)[0].strip()]
 
 
 @pytest.mark.slow  # trains for real (a few steps)
@@ -111,33 +120,77 @@ def test_evaluate_scores_the_whole_test_split_by_default(workdir):
 
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
-def test_translate_command_reads_stdin(workdir):
-    # Every separator str.splitlines() knows, a CRLF line, a blank line, ANSI escapes and a
-    # lone "\r": six input lines give six output lines, in order, with no control character.
+def test_evaluate_takes_the_data_split_names(workdir):
+    report = evaluate_workdir(workdir, split="validation", num_examples=8, num_samples=8,
+                              write=False)  # fmt: skip
+    assert report["split"].startswith("validation (8 of ") and report["num_sentences"] == 8
+    sliced = evaluate_workdir(workdir, split="test[:8]", num_samples=0, write=False)
+    assert sliced["num_sentences"] == 8 and sliced["split"] == "test[:8] (all 8 pairs)"
+    with pytest.raises(ValueError, match="'eval' is not a split of fra_eng; choose one of "
+                       "full, test, train, validation"):  # fmt: skip
+        evaluate_workdir(workdir, split="eval", write=False)
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_translate_command_reads_stdin(workdir, tmp_path):
+    # Every separator str.splitlines() knows, a CRLF line, a blank line, ANSI escapes, a
+    # lone "\r" and a line of invalid UTF-8: seven input lines give seven output lines, in
+    # order, with no control character; the bad line is named on stderr and translated.
     lines = [
-        "go .",
-        "i lost .\r",
-        "a\rb\x0cc\x1cd\x85e\u2028f\u2029g",
-        "",
-        "\x1b[31mhe's\x1b[0m calm .",
-        "i\x0bwon !",
+        b"go .",
+        b"i lost .\r",
+        "a\rb\x0cc\x1cd\x85e\u2028f\u2029g".encode(),
+        b"",
+        b"\x1b[31mhe's\x1b[0m calm .",
+        b"caf\xe9 \xff .",  # Latin-1, not UTF-8
+        b"i\x0bwon !",
     ]
+    output = tmp_path / "out.tsv"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"],
-        input="\n".join(lines).encode() + b"\n",
+        [
+            sys.executable,
+            "-m",
+            "experiments.translate",
+            f"--workdir={workdir}",
+            "--format=tsv",
+            f"--output_file={output}",
+        ],
+        input=b"\n".join(lines) + b"\n",
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout.decode().split("\n")
+    assert proc.stdout == b""  # everything went to --output_file
+    assert "stdin: line 6 not valid UTF-8" in proc.stderr.decode()
+    out = output.read_text(encoding="utf-8").split("\n")
     assert out[-1] == "" and len(out) == len(lines) + 1, out
-    assert out[0].startswith("go . =>") and out[1].startswith("i lost . =>")
-    assert out[2].startswith("a b c d e f g =>")
-    assert out[3] == "[3] <empty input: nothing to translate>"
-    assert out[4].startswith("he's calm . =>") and out[5].startswith("i won ! =>")
-    assert all(ch.isprintable() for line in out for ch in line), out
+    sources = [line.split("\t")[0] for line in out[:-1]]
+    assert sources == [
+        "go .", "i lost .", "a b c d e f g", "", "he's calm .", "caf\ufffd \ufffd .", "i won !"
+    ]  # fmt: skip
+    assert out[3] == "\t"  # an empty input: an empty source and translation
+    assert all(ch.isprintable() or ch == "\t" for line in out for ch in line), out
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_commands_apply_the_runs_process_settings(tmp_path, command):
+    """translate and evaluate call `runtime.configure_process` with the run's config (as
+    training does): a bad setting there stops them with one FATAL line naming it."""
+    (tmp_path / "config.json").write_text(json.dumps({"threefry_lowering": "bogus"}))
+    sentences = ["go ."] if command == "translate" else []
+    proc = subprocess.run(
+        [sys.executable, "-m", f"experiments.{command}", f"--workdir={tmp_path}", *sentences],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("FATAL: threefry_lowering='bogus'")
 
 
 def test_translate_command_without_checkpoint_says_how_to_train(tmp_path):

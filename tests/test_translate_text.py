@@ -1,21 +1,15 @@
-"""`decoding.translate` and `attention_weights` on text, with a stub word tokenizer."""
+"""`inference.Translator` (built from parameters) and `attention_weights` on text, with a stub
+word tokenizer."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tests.helpers import random_params
-from transformer_jax.decoding import (
-    DecodingWarning,
-    SourceTooLongError,
-    attention_weights,
-    encode_sources,
-    greedy_decode,
-    output_budget,
-    source_ids,
-    translate,
-    translate_detailed,
-)
+from transformer_jax.data.encoding import encode_text, tokenize_pairs
+from transformer_jax.decoding import SourceTooLongError, greedy_decode, output_budget
+from transformer_jax.evaluation import attention_weights
+from transformer_jax.inference import DecodingWarning, Translator, encode_sources
 from transformer_jax.nn import ModelConfig
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -64,8 +58,28 @@ def model():
     return cfg, random_params(cfg, seed=2)
 
 
+def translate(cfg, params, src, tgt, sentences, **settings):
+    return Translator.from_params(cfg, params, src, tgt).translate(sentences, **settings)
+
+
+def translate_detailed(cfg, params, src, tgt, sentences, **settings):
+    return Translator.from_params(cfg, params, src, tgt).translate_detailed(sentences, **settings)
+
+
+def source_ids(tokenizer, sentence):
+    return encode_sources(tokenizer, [sentence], warn=False).ids[0]
+
+
 def test_unknown_words_map_to_unk_and_eos_is_appended():
     assert source_ids(SRC, "go zzz .") == [4, 3, 11, 2]
+
+
+def test_translation_sources_are_the_training_rows():
+    """One encoding for training and translation: data's `encode_text` makes both."""
+    sentences = ["go .", "i lost zzz !", "he's calm ."]
+    training = tokenize_pairs([(s, "va .") for s in sentences], SRC, TGT).src
+    assert [source_ids(SRC, s) for s in sentences] == training
+    assert training[1] == encode_text(SRC, "i lost zzz !") == [5, 6, 3, 12, 2]
 
 
 def test_translate_equals_decoding_each_sentence_alone(model):
@@ -165,3 +179,50 @@ def test_attention_weights_are_trimmed_to_real_tokens(model):
         np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)  # nothing on padding
     assert np.all(np.triu(maps.decoder_self[0, 0], k=1) == 0.0)  # causal
     assert maps.tgt_tokens[0] == "<bos>" and len(maps.src_tokens) == 4
+
+
+def test_translator_settings_come_from_the_config_and_calls_override_them(model):
+    """A run config's eval keys are the defaults; a call's keywords win; a typo is named."""
+    from configs import fra_eng
+
+    cfg, params = model
+    config = fra_eng.get_config("runlocal")
+    config.eval.beam_size, config.eval.max_decode_len = 3, 5
+    translator = Translator.from_params(cfg, params, SRC, TGT, config=config)
+    assert translator.settings["beam_size"] == 3
+    assert translator.settings["trained_len"] == config.data.max_src_len
+    out = translator.translate_detailed(["go ."])
+    assert len(out.tokens[0]) == 5  # the config's max_decode_len
+    greedy = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=5)
+    assert translator.translate(["go ."], beam_size=1) == greedy.translate(["go ."])
+    with pytest.raises(TypeError, match="beam_sise.*valid ones are"):
+        translator.translate(["go ."], beam_sise=2)
+
+
+def test_detailed_translation_ids_names_and_counts(model):
+    cfg, params = model
+    translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=8)
+    out = translator.translate_detailed(["go .", "", "i lost ."], warn=False)
+    assert out.sources.empty == [1] and out.tokens[1].shape == (0,) and out.target_ids[1] == []
+    for i in (0, 2):
+        row = out.tokens[i].tolist()
+        end = row.index(2) if 2 in row else len(row)
+        assert out.target_ids[i] == [t for t in row[:end] if t != 0]
+        assert out.texts[i] == TGT.decode(out.target_ids[i])
+    ends = sum(int(2 in out.tokens[i].tolist()) for i in (0, 2))
+    assert out.generated_tokens == len(out.target_ids[0]) + len(out.target_ids[2]) + ends
+    assert translator.token_names([4, 2]) == ["go", ""]  # decode of <eos> is empty
+
+
+def test_translator_attention_maps_are_those_of_its_translation(model):
+    cfg, params = model
+    translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=6)
+    out = translator.translate_detailed(["i lost ."])
+    maps = translator.attention_maps("i lost .")
+    want = attention_weights(cfg, params, source_ids(SRC, "i lost ."), out.target_ids[0])
+    np.testing.assert_allclose(maps.cross, want.cross, rtol=1e-6)
+    assert maps.tgt_tokens == ["<bos>", *(TGT.tokens[i] for i in out.target_ids[0])]
+    given = translator.attention_maps("i lost .", target_ids=[4, 5])
+    assert given.cross.shape[2] == 3  # <bos> + the two given ids
+    with pytest.raises(ValueError, match="non-empty"):
+        translator.attention_maps("  ")

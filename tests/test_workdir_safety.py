@@ -22,6 +22,7 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.inference import Translator
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import history
 from transformer_jax.training.finetune import InitFromError
@@ -168,8 +169,8 @@ def test_bytes_flipped_in_the_latest_checkpoint_are_caught_and_the_previous_used
 def test_an_unreadable_checkpoint_is_one_line_without_orbax_noise(run_copy, capfd, caplog):
     for path in data_files(run_copy, 4):
         path.write_bytes(os.urandom(path.stat().st_size))
-    bundle = ckpt.load_for_inference(run_copy)  # read-only: reports, moves nothing
-    assert bundle.step == 2
+    translator = Translator.from_workdir(run_copy)  # read-only: reports, moves nothing
+    assert translator.step == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "checkpoints/4" in errors[0] and "left in place" in errors[0]
     captured = capfd.readouterr()
@@ -307,11 +308,11 @@ def test_init_from_starts_a_new_run_from_the_old_parameters(trained, tmp_path):
     from transformer_jax.training.optimizer import make_optimizer
     from transformer_jax.training.state import abstract_train_state
 
-    bundle = ckpt.load_for_inference(trained)
-    tx, _ = make_optimizer(bundle.config, bundle.model_config.model_dim, total_steps=2)
-    state, step = init_from_state(trained, abstract_train_state(bundle.model_config, tx), tx, 0)
+    source = Translator.from_workdir(trained)
+    tx, _ = make_optimizer(source.config, source.model_config.model_dim, total_steps=2)
+    state, step = init_from_state(trained, abstract_train_state(source.model_config, tx), tx, 0)
     assert step == 4 and int(state.step) == 0
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(bundle.params), strict=True):
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(source.params), strict=True):
         np.testing.assert_array_equal(a, b)
     moments = [
         x

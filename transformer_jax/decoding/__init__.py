@@ -1,6 +1,12 @@
-"""Greedy and beam search over the decoder's cache (pure functions), and text translation."""
+"""Greedy and beam search over the decoder's cache (pure functions), and batched decoding of
+id lists. Text in, text out is `transformer_jax.inference.Translator`."""
 
-from transformer_jax.decoding.attention_maps import AttentionMaps, attention_weights
+from transformer_jax.decoding.batch_decode import (
+    SourceTooLongError,
+    decode_ids,
+    output_budget,
+)
+from transformer_jax.decoding.compat import DecodingWarning, decode_settings, translate
 from transformer_jax.decoding.model_decode import (
     beam_decode,
     greedy_decode,
@@ -25,35 +31,17 @@ from transformer_jax.decoding.steps import (
     recompute_step,
     split_cache,
 )
-from transformer_jax.decoding.translate import (
-    DecodingWarning,
-    EncodedSources,
-    SourceTooLongError,
-    Translations,
-    decode_ids,
-    decode_settings,
-    encode_sources,
-    output_budget,
-    source_ids,
-    translate,
-    translate_detailed,
-)
 
 __all__ = [
-    "AttentionMaps",
+    "DecodingWarning",  # compat: until train.py uses inference.Translator
     "BeamResult",
-    "DecodingWarning",
-    "EncodedSources",
     "SourceTooLongError",
-    "Translations",
-    "attention_weights",
     "beam_decode",
     "beam_search",
     "cached_step",
     "decode_ids",
-    "decode_settings",
+    "decode_settings",  # compat
     "encode",
-    "encode_sources",
     "gather_rows",
     "greedy_decode",
     "greedy_search",
@@ -66,9 +54,7 @@ __all__ = [
     "recompute_state",
     "recompute_step",
     "sharded_decoder",
-    "source_ids",
     "split_cache",
     "tile_beams",
-    "translate",
-    "translate_detailed",
+    "translate",  # compat
 ]

@@ -1,5 +1,7 @@
-"""Scores (book BLEU, sacrebleu BLEU/chrF), reports and pictures of a trained model."""
+"""Scores (book BLEU, sacrebleu BLEU/chrF), reports and pictures of a trained model, and the
+translate command's input and output lines."""
 
+from transformer_jax.evaluation.attention_maps import AttentionMaps, attention_weights
 from transformer_jax.evaluation.bleu import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
 from transformer_jax.evaluation.plots import (
     plot_attention,
@@ -7,15 +9,24 @@ from transformer_jax.evaluation.plots import (
     read_metrics,
     show_heatmaps,
 )
-from transformer_jax.evaluation.report import evaluate_workdir, format_report
-from transformer_jax.evaluation.translate_cli import read_sentences, translate_workdir
+from transformer_jax.evaluation.report import evaluate_translator, evaluate_workdir, format_report
+from transformer_jax.evaluation.translate_cli import (
+    format_lines,
+    read_sentences,
+    translate_workdir,
+    write_lines,
+)
 
 __all__ = [
+    "AttentionMaps",
+    "attention_weights",
     "book_bleu",
     "corpus_bleu",
     "corpus_chrf",
     "detokenize_book",
+    "evaluate_translator",
     "evaluate_workdir",
+    "format_lines",
     "format_report",
     "plot_attention",
     "plot_training_curves",
@@ -23,4 +34,5 @@ __all__ = [
     "read_sentences",
     "show_heatmaps",
     "translate_workdir",
+    "write_lines",
 ]

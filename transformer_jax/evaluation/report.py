@@ -1,12 +1,13 @@
-"""Evaluate a training workdir on its test split and write a report beside the checkpoints.
+"""Evaluate a training workdir on a split of its data and write a report beside the checkpoints.
 
     report = evaluate_workdir("runs/fra_eng")   # writes eval_report.{json,md} (+ curves PNG)
+    report = evaluate_workdir("runs/fra_eng", split="validation", num_examples=500)
 
-By default the whole test split is scored. The report has corpus BLEU and chrF (sacreBLEU,
-on detokenised text) with their signatures, BLEU by source length (1-5, 6-10, 11-15, 16+
-words, with the pair count of each row), the book's mean sentence BLEU (k = 2, on the word
-tokens), the teacher-forced loss, decoding speed, and sample translations beside their
-references.
+By default the whole test split is scored, translated by `inference.Translator`. The report
+has corpus BLEU and chrF (sacreBLEU, on detokenised text) with their signatures, BLEU by
+source length (1-5, 6-10, 11-15, 16+ words, with the pair count of each row), the book's
+mean sentence BLEU (k = 2, on the word tokens), the teacher-forced loss, decoding speed,
+and sample translations beside their references.
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.decoding.translate import decode_settings, translate_detailed
 from transformer_jax.evaluation.bleu import (
     bleu_by_length,
     book_bleu,
     corpus_scores,
-    detokenize_book,
     format_length_table,
 )
+from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig, Transformer
 
 REPORT_JSON = "eval_report.json"
@@ -46,22 +46,12 @@ class DecodeRun:
     seconds: float
 
 
-def decode_sentences(bundle: Any, sentences: Sequence[str], **decode_kw: Any) -> DecodeRun:
-    """Translate with the one inference path (`translate_detailed`), timing it.
-
-    `decode_kw` are `translate`'s keywords; by default the run config's (`decode_settings`).
-    """
-    settings = decode_settings(bundle.config, **decode_kw)
+def decode_sentences(
+    translator: Translator, sentences: Sequence[str], **settings: Any
+) -> DecodeRun:
+    """`translator.translate_detailed`, timed; `settings` override the translator's."""
     start = time.perf_counter()
-    out = translate_detailed(
-        bundle.model_config,
-        bundle.params,
-        bundle.src_tokenizer,
-        bundle.tgt_tokenizer,
-        sentences,
-        warn=False,
-        **settings,
-    )
+    out = translator.translate_detailed(sentences, warn=False, **settings)
     return DecodeRun(out.texts, out.generated_tokens, time.perf_counter() - start)
 
 
@@ -77,7 +67,7 @@ def _loss_sums(config: ModelConfig, params: Any, batch: dict[str, jnp.ndarray]) 
 
 
 def teacher_forced_loss(
-    bundle: Any, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    translator: Translator, pairs: Sequence[tuple[str, str]], batch_size: int = 64
 ) -> dict[str, float]:
     """Per-token NLL, perplexity and accuracy of the reference translations (as in training).
 
@@ -86,11 +76,11 @@ def teacher_forced_loss(
     """
     from transformer_jax.data.encoding import encode_pairs, make_batch
 
-    data = bundle.config.data
+    data = translator.config.data
     encoded = encode_pairs(
         pairs,
-        bundle.src_tokenizer,
-        bundle.tgt_tokenizer,
+        translator.src_tokenizer,
+        translator.tgt_tokenizer,
         data.max_src_len,
         data.max_tgt_len,
         data.get("long_pairs", "truncate"),
@@ -103,7 +93,7 @@ def teacher_forced_loss(
         batch = make_batch(encoded, idx, data.max_src_len, data.max_tgt_len)
         batch["tgt_weight"] = batch["tgt_weight"] * (np.arange(batch_size) < real)[:, None]
         keep = {k: batch[k] for k in ("src", "src_len", "tgt_in", "tgt_out", "tgt_weight")}
-        sums = jax.device_get(_loss_sums(bundle.model_config, bundle.params, keep))
+        sums = jax.device_get(_loss_sums(translator.model_config, translator.params, keep))
         for key in totals:
             totals[key] += float(sums[key])
     weight = max(totals["weight"], 1e-9)
@@ -120,10 +110,28 @@ def book_style(config: Any) -> bool:
     return config.data.name == FRA_ENG or bool(config.data.book_preprocessing)
 
 
+def split_names(config: Any) -> list[str]:
+    """The split names of a run's dataset (e.g. train, validation, test; fra_eng also full)."""
+    from transformer_jax.data import sources
+
+    return sorted(sources.split_sizes(config.data))
+
+
+def check_split(split: str, names: Sequence[str], dataset: str) -> str:
+    """`split` if its name (before any TFDS slice, "test[:500]") is one of `names`, else a
+    ValueError listing them."""
+    if split.partition("[")[0] not in names:
+        raise ValueError(
+            f"split={split!r} is not a split of {dataset}; choose one of {', '.join(names)} "
+            "(a TFDS slice such as test[:500] works too)."
+        )
+    return split
+
+
 def evaluate_workdir(
     workdir: str | Path,
     *,
-    split: str = "test",
+    split: str | None = None,
     step: int | None = None,
     average_last: int = 1,
     beam_size: int | None = None,
@@ -134,39 +142,38 @@ def evaluate_workdir(
     num_samples: int = 10,
     write: bool = True,
 ) -> dict[str, Any]:
-    """Translate the `split` ("test" or "eval") pairs of a run's data and score them.
+    """Translate the pairs of `split` of a run's data and score them.
 
-    By default every pair of the split; `num_examples` > 0 keeps n pairs evenly spaced over
-    it (`data.spread_subset`: the same pairs every time, with the split's length mix).
-    Decoding settings default to the run config's (`decode_settings`: beam size, α, the
-    output budget a·S + b). Writes `eval_report.json`, `eval_report.md` and
-    `training_curves.png` (from metrics.jsonl) into the workdir unless `write=False`;
-    returns the report dict.
+    split: a split name of the run's dataset (`split_names`: train, validation, test, ...;
+    TFDS slices allowed); default the run's `data.test_split`. By default every pair of the
+    split; `num_examples` > 0 keeps n pairs evenly spaced over it (`data.spread_subset`:
+    the same pairs every time, with the split's length mix). Decoding settings default to
+    the run config's (`inference.decode_settings`: beam size, α, the output budget a·S + b).
+    Writes `eval_report.json`, `eval_report.md` and `training_curves.png` (from
+    metrics.jsonl) into the workdir unless `write=False`; returns the report dict.
     """
     from transformer_jax.data import load_split_pairs, spread_subset
-    from transformer_jax.training.checkpoints import METRICS_FILE, load_for_inference
+    from transformer_jax.training.checkpoints import METRICS_FILE, load_config
 
     workdir = Path(workdir)
-    bundle = load_for_inference(workdir, step, average_last=average_last)
-    config = bundle.config
-    split_name = {"test": config.data.test_split, "eval": config.data.eval_split}.get(split)
-    if split_name is None:
-        raise ValueError(f"split={split!r}; choose 'test' or 'eval'.")
-    pairs = load_split_pairs(config.data, split_name)
+    config = load_config(workdir)  # the split is checked before the parameters are read
+    split = check_split(split or config.data.test_split, split_names(config), config.data.name)
+    translator = Translator.from_workdir(workdir, step, average_last=average_last)
+    pairs = load_split_pairs(config.data, split)
     total = len(pairs)
     pairs = spread_subset(pairs, num_examples)
     if not pairs:
-        raise ValueError(f"the {split} split ({split_name!r}) of {config.data.name} is empty.")
+        raise ValueError(f"the split {split!r} of {config.data.name} is empty.")
     which = (
         f"{len(pairs):,} of {total:,}, evenly spaced" if len(pairs) < total else f"all {total:,}"
     )
     report = {
         "workdir": str(workdir),
-        "step": bundle.step,
-        "averaged_steps": list(bundle.averaged_steps),
-        "split": f"{split} ({split_name}, {which} pairs)",
-        **evaluate_bundle(
-            bundle,
+        "step": translator.step,
+        "averaged_steps": list(translator.averaged_steps),
+        "split": f"{split} ({which} pairs)",
+        **evaluate_translator(
+            translator,
             pairs,
             num_samples=num_samples,
             beam_size=beam_size,
@@ -190,26 +197,27 @@ def evaluate_workdir(
     return report
 
 
-def evaluate_bundle(
-    bundle: Any,
+def evaluate_translator(
+    translator: Translator,
     pairs: Sequence[tuple[str, str]],
     *,
     num_samples: int = 10,
     with_loss: bool = True,
     with_speed: bool = True,
-    **decode_overrides: Any,
+    **settings: Any,
 ) -> dict[str, Any]:
-    """Scores of a loaded model on text pairs (preprocessed as the split stores them).
+    """Scores of a translator on text pairs (preprocessed as the split stores them).
 
     sacreBLEU BLEU and chrF on detokenised text with their signatures, BLEU by source length
     (`bleu.LENGTH_BINS` words), the book's mean sentence BLEU (k = 2, on the word tokens),
-    optionally the teacher-forced loss and the steady-state decoding speed, and samples.
+    optionally the teacher-forced loss (needs `translator.config`) and the steady-state
+    decoding speed, and samples. `settings` override the translator's decoding settings.
     """
-    settings = decode_settings(bundle.config, **decode_overrides)
+    settings = {**translator.settings, **{k: v for k, v in settings.items() if v is not None}}
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
-    run = decode_sentences(bundle, sources, **settings)  # includes compilation
-    detok = detokenize_book if book_style(bundle.config) else (lambda s: s)
+    run = decode_sentences(translator, sources, **settings)  # includes compilation
+    detok = translator.detokenize
     hyps = [detok(h) for h in run.hypotheses]
     refs = [detok(r) for r in references]
     scores = corpus_scores(hyps, refs)
@@ -231,9 +239,9 @@ def evaluate_bundle(
         ],
     }
     if with_loss:
-        report.update(teacher_forced_loss(bundle, pairs, settings["batch_size"]))
+        report.update(teacher_forced_loss(translator, pairs, settings["batch_size"]))
     if with_speed:
-        timed = decode_sentences(bundle, sources[:SPEED_SENTENCES], **settings)  # compiled
+        timed = decode_sentences(translator, sources[:SPEED_SENTENCES], **settings)  # compiled
         report["decode_tokens_per_sec"] = timed.generated_tokens / max(timed.seconds, 1e-9)
         report["decode_sentences_per_sec"] = min(len(pairs), SPEED_SENTENCES) / max(
             timed.seconds, 1e-9
@@ -244,7 +252,7 @@ def evaluate_bundle(
 def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
     """What a training launch prints at the end: BLEU, chrF and the length table on
     `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too."""
-    report = evaluate_workdir(workdir, split="test", num_examples=num_examples)
+    report = evaluate_workdir(workdir, num_examples=num_examples)
     print("\n".join(summary_lines(report)), flush=True)
     print(f"Report: {Path(workdir) / REPORT_MD}", flush=True)
     return report

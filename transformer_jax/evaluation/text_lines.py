@@ -1,4 +1,4 @@
-"""Input lines for translate: split on `\\n` only, control characters out.
+"""Input lines for translate: split on `\\n` only, invalid UTF-8 replaced, control characters out.
 
 `str.splitlines()` also splits on `\\r`, `\\v`, `\\f`, `\\x1c`-`\\x1e`, U+0085, U+2028 and U+2029,
 so a file with any of those gave more outputs than it has lines, and the outputs no longer
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import AnyStr
 
 # ANSI escape sequences, removed whole (not only their ESC): CSI ("ESC [ ... final byte"),
 # OSC ("ESC ] ... BEL or ESC \\"), and two-character escapes.
@@ -34,15 +35,33 @@ def clean_text(text: str) -> str:
     )
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines of a text file or stream: split on `\\n` only, a trailing `\\r` of each removed.
+def split_lines(text: AnyStr) -> list[AnyStr]:
+    """Lines of a text file or stream (str or bytes): split on `\\n` only, a trailing `\\r`
+    of each removed.
 
     The `\\n` that ends the last line does not start another one, so "a\\n\\nb\\n" has three
     lines ("a", "", "b"); other separators stay inside their line (see `clean_text`).
     """
+    newline, cr = ("\n", "\r") if isinstance(text, str) else (b"\n", b"\r")
     if not text:
         return []
-    lines = text.split("\n")
-    if lines[-1] == "":
+    lines = text.split(newline)
+    if not lines[-1]:
         lines.pop()  # the file's final newline
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [line[:-1] if line.endswith(cr) else line for line in lines]
+
+
+def decode_lines(data: bytes) -> tuple[list[str], list[int]]:
+    """(lines, numbers of the lines that were not valid UTF-8), lines as in `split_lines`.
+
+    Each line is decoded on its own, so one bad byte costs one line's characters (each
+    invalid byte becomes U+FFFD) and not the whole input; line numbers start at 1.
+    """
+    lines, invalid = [], []
+    for number, raw in enumerate(split_lines(data), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(raw.decode("utf-8", errors="replace"))
+            invalid.append(number)
+    return lines, invalid

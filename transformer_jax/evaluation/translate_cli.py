@@ -1,126 +1,154 @@
 """What `python -m experiments.translate` does, as testable functions.
 
-lines = translate_workdir("runs/fra_eng", ["go .", "i lost ."], attention_plot="att.png")
+    sentences = read_sentences([], "in.txt")                     # one per line
+    lines = translate_workdir("runs/fra_eng", sentences)         # one output line each
+    write_lines(lines, "out.txt")                                # or stdout
+
+Output formats (`FORMATS`): "plain" is the translation alone, an empty line for an empty
+input, so that `paste in.txt out.txt` lines them up; "tsv" is `source<TAB>translation`.
+Everything else (the stdin prompt, invalid UTF-8, inputs longer than the model was trained
+on, where the attention plot went) is said on stderr, never mixed into the output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from absl import logging
 
-from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding.attention_maps import attention_weights
-from transformer_jax.decoding.translate import EMPTY_MESSAGE, decode_settings, translate_detailed
-from transformer_jax.evaluation.report import book_style
-from transformer_jax.evaluation.text_lines import clean_text, split_lines
+from transformer_jax.evaluation.text_lines import clean_text, decode_lines
+from transformer_jax.inference import Translator
+
+FORMATS = ("plain", "tsv")
+STDIN_PROMPT = "Reading sentences from stdin, one per line; end with Ctrl-D (Windows: Ctrl-Z)."
 
 
 def read_sentences(
-    args: Sequence[str], input_file: str | None = None, stdin: TextIO | None = None
+    args: Sequence[str],
+    input_file: str | None = None,
+    stdin: TextIO | None = None,
+    *,
+    stderr: TextIO | None = None,
 ) -> list[str]:
     """Sentences from the command line, else from `input_file` ("-" = stdin), else stdin.
 
     Each argument is one sentence, even if it holds a newline (line breaks become spaces in
     `translate_workdir`). A file or stdin holds one sentence per line, split on `\\n` only
     (`\\r\\n` accepted; `text_lines.split_lines`): one output per input line, in order, blank
-    lines included (they get a message).
+    lines included. A line that is not valid UTF-8 is decoded with replacement characters and
+    named in a warning on `stderr` (default sys.stderr); every line is still returned. When
+    stdin is a terminal, `STDIN_PROMPT` goes to `stderr` first, so the wait is explained.
     """
+    stderr = stderr or sys.stderr
     if args:
         return list(args)
     if input_file and input_file != "-":
-        with open(input_file, encoding="utf-8", newline="") as handle:  # no newline translation
-            text = handle.read()
+        data, where = Path(input_file).read_bytes(), input_file
     elif stdin is not None:
-        # The bytes: a text-mode sys.stdin turns a lone "\r" into a line break of its own.
+        if stdin.isatty():
+            print(STDIN_PROMPT, file=stderr, flush=True)
+        # The bytes: a text-mode sys.stdin turns a lone "\r" into a line break of its own,
+        # and raises on the first invalid byte.
         buffer = getattr(stdin, "buffer", None)
-        text = buffer.read().decode("utf-8", errors="replace") if buffer else stdin.read()
+        data, where = (buffer.read() if buffer else stdin.read().encode("utf-8")), "stdin"
     else:
         return []
-    return split_lines(text)
+    lines, invalid = decode_lines(data)
+    if invalid:
+        which = ", ".join(map(str, invalid[:10])) + (" ..." if len(invalid) > 10 else "")
+        noun = "line" if len(invalid) == 1 else "lines"
+        print(
+            f"warning: {where}: {noun} {which} not valid UTF-8; invalid bytes replaced by "
+            "U+FFFD and translated anyway (save the input as UTF-8 to avoid this).",
+            file=stderr,
+            flush=True,
+        )
+    return lines
 
 
-def _token_names(tokenizer: Any, ids: Iterable[int]) -> list[str]:
-    name = getattr(tokenizer, "id_to_token", None)
-    return [name(int(i)) if name else tokenizer.decode([int(i)]) for i in ids]
+def check_format(output_format: str) -> str:
+    """`output_format` if it is one of `FORMATS`, else a ValueError listing them."""
+    if output_format not in FORMATS:
+        raise ValueError(f"--format={output_format!r}; choose one of {', '.join(FORMATS)}.")
+    return output_format
+
+
+def format_lines(
+    sources: Sequence[str], translations: Sequence[str], output_format: str = "plain"
+) -> list[str]:
+    """One printable line per sentence: the translation ("plain"), or source TAB translation
+    ("tsv"). Control characters (a tab included) of either side become spaces."""
+    check_format(output_format)
+    out = [clean_text(t).strip() for t in translations]
+    if output_format == "tsv":
+        out = [f"{clean_text(s).strip()}\t{t}" for s, t in zip(sources, out, strict=True)]
+    return out
 
 
 def translate_workdir(
     workdir: str | Path,
     sentences: Sequence[str],
     *,
+    output_format: str = "plain",
     step: int | None = None,
     average_last: int = 1,
     beam_size: int | None = None,
     alpha: float | None = None,
     max_decode_len: int | None = None,
     attention_plot: str | Path | None = None,
-    bundle: Any = None,
+    translator: Translator | None = None,
+    stderr: TextIO | None = None,
 ) -> list[str]:
-    """Translate `sentences` with the run in `workdir`; returns one printable line each.
+    """Translate `sentences` with the run in `workdir`; returns one output line each.
 
-    Control characters of the inputs become spaces (`text_lines.clean_text`: ANSI escapes,
-    line and paragraph separators, a lone `\\r`...), so an input is one sentence and one
-    output line, and nothing raw reaches the terminal. Inputs get the run's preprocessing
-    (the book's lowercasing and punctuation spacing for fra_eng). Each line is
-    `source => translation`; an empty input gets a message instead, an input longer than
-    the training limit a note (it is translated whole). Decoding settings not given come
-    from the run config (`decode_settings`). With `attention_plot`, the attention heatmaps
-    of the first non-empty sentence and its translation are written there as a PNG (noted
-    in the log, not in the returned lines).
+    Inputs are prepared as the run's data (`Translator.prepare`: control characters out,
+    the book's lowercasing and punctuation spacing for fra_eng). Lines are formatted by
+    `format_lines`; an empty input gives an empty translation. An input longer than the
+    training limit is translated whole and noted on `stderr`. Decoding settings not given
+    come from the run config. With `attention_plot`, the attention heatmaps of the first
+    non-empty sentence and its translation are written there as a PNG (noted in the log).
     """
-    from transformer_jax.data.preprocessing import preprocess_nmt
-    from transformer_jax.training.checkpoints import load_for_inference
-
-    bundle = bundle or load_for_inference(workdir, step, average_last=average_last)
-    config, cfg = bundle.config, bundle.model_config
-    cleaned = [clean_text(s).strip() for s in sentences]  # no control character goes further
-    prepared = [preprocess_nmt(s) if book_style(config) else s for s in cleaned]
-    settings = decode_settings(
-        config, beam_size=beam_size, alpha=alpha, max_decode_len=max_decode_len
-    )
-    out = translate_detailed(
-        cfg,
-        bundle.params,
-        bundle.src_tokenizer,
-        bundle.tgt_tokenizer,
+    check_format(output_format)
+    stderr = stderr or sys.stderr
+    translator = translator or Translator.from_workdir(workdir, step, average_last=average_last)
+    prepared = [translator.prepare(s) for s in sentences]
+    out = translator.translate_detailed(
         prepared,
-        warn=False,  # reported on each line instead
-        **settings,
+        warn=False,  # reported below, per line
+        beam_size=beam_size,
+        alpha=alpha,
+        max_decode_len=max_decode_len,
     )
-    lines = []
-    for i, (source, output) in enumerate(zip(prepared, out.texts, strict=True)):
-        if i in out.sources.empty:
-            lines.append(f"[{i}] {EMPTY_MESSAGE}")
-            continue
-        suffix = ""
-        if i in out.sources.long:
-            suffix = (
-                f"   (input of {out.sources.long[i]} tokens, longer than the training limit "
-                f"{settings['trained_len']}: translated whole)"
-            )
-        lines.append(f"{source} => {clean_text(output)}{suffix}")
-
-    if attention_plot:
-        from transformer_jax.evaluation.plots import plot_attention
-
-        first = next((i for i, s in enumerate(prepared) if s), None)
-        if first is None:
-            raise ValueError("no non-empty sentence to draw attention for.")
-        src = out.sources.ids[first]
-        row = [int(t) for t in out.tokens[first]]
-        tgt = row[: row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != PAD_ID]
-        maps = attention_weights(
-            cfg,
-            bundle.params,
-            src,
-            tgt,
-            src_tokens=_token_names(bundle.src_tokenizer, src),
-            tgt_tokens=["<bos>", *_token_names(bundle.tgt_tokenizer, tgt)],
+    for i, tokens in out.sources.long.items():
+        print(
+            f"note: sentence {i + 1} has {tokens} tokens, more than the longest the model was "
+            f"trained on ({translator.settings['trained_len']}): translated whole.",
+            file=stderr,
         )
-        plot_attention(maps, attention_plot)
-        # On stderr (the absl log): stdout holds exactly one line per input sentence.
-        logging.info("Attention of %r written to %s", prepared[first], attention_plot)
-    return lines
+    if attention_plot:
+        _plot_first(translator, prepared, out, attention_plot)
+    return format_lines(sentences, out.texts, output_format)
+
+
+def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str | Path) -> None:
+    from transformer_jax.evaluation.plots import plot_attention
+
+    first = next((i for i, s in enumerate(prepared) if s), None)
+    if first is None:
+        raise ValueError("no non-empty sentence to draw attention for.")
+    maps = translator.attention_maps(prepared[first], target_ids=out.target_ids[first])
+    plot_attention(maps, path)
+    logging.info("Attention of %r written to %s", prepared[first], path)
+
+
+def write_lines(lines: Sequence[str], output_file: str | Path | None, stdout: TextIO) -> None:
+    """The lines, each ending in `\\n`, to `output_file` (UTF-8) or else `stdout`."""
+    text = "".join(f"{line}\n" for line in lines)
+    if output_file:
+        Path(output_file).write_text(text, encoding="utf-8", newline="\n")
+    else:
+        stdout.write(text)
+        stdout.flush()

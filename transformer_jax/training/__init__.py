@@ -5,15 +5,10 @@ and the `train_and_evaluate` loop.
     training.train_and_evaluate(config, workdir)
     built = training.build(config, src_vocab_size=V, tgt_vocab_size=V)  # model, optimizer,
     state = built.parallel.put_replicated(built.init_state())          # mapped steps, state
-    bundle = training.load_for_inference(workdir)   # params, tokenizers, model config
 """
 
 from transformer_jax.training.builder import Built, build
-from transformer_jax.training.checkpoints import (
-    InferenceBundle,
-    NoCheckpointError,
-    load_for_inference,
-)
+from transformer_jax.training.checkpoints import NoCheckpointError
 from transformer_jax.training.config import (
     resolve_num_train_steps,
     training_defaults,
@@ -29,14 +24,12 @@ from transformer_jax.training.train import NonFiniteLossError, train_and_evaluat
 __all__ = [
     "Built",
     "DataParallel",
-    "InferenceBundle",
     "NoCheckpointError",
     "NonFiniteLossError",
     "TrainState",
     "build",
     "create_train_state",
     "eval_step",
-    "load_for_inference",
     "make_optimizer",
     "model_config_from",
     "paper_schedule",

@@ -7,15 +7,15 @@ tensor2tensor's `avg_checkpoints.py`).
 
     params, steps = average_checkpoints(workdir, last_n=3)
     write_averaged_checkpoint(workdir, 3, output_workdir)  # a workdir evaluate/translate read
-    load_for_inference(workdir, average_last=3)            # the same, without writing
+    Translator.from_workdir(workdir, average_last=3)       # the same, without writing
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -23,6 +23,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.training.read_noise import quiet_failed_reads
+from transformer_jax.training.state_checks import check_restored
+
+R = TypeVar("R")
 
 AVERAGED_STEPS = "averaged_steps"  # meta key of a checkpoint written by this module
 _DIFFERENT_CONFIGS = (
@@ -98,6 +102,61 @@ def _describe(leaf: Any) -> str:
 # --- restoring the last N checkpoints ----------------------------------------------------
 
 
+def last_readable(
+    manager: ocp.CheckpointManager,
+    read: Callable[[int], R],
+    last_n: int,
+    *,
+    end_step: int | None = None,
+) -> list[tuple[int, R]]:
+    """[(step, read(step))] of the newest `last_n` checkpoints that `read` accepts, newest
+    first, up to `end_step` if given.
+
+    `read` restores (and checks) one step; a checkpoint it raises on is logged in one line
+    and skipped (read-only: nothing is moved), and orbax's echo of the failed read is
+    silenced (`read_noise`). Raises `TooFewCheckpointsError` if fewer than `last_n` remain.
+    """
+    if last_n < 1:
+        raise ValueError(f"average_last/last_n={last_n}; use 1 (no averaging) or more.")
+    available = sorted(manager.all_steps())
+    directory = Path(manager.directory)
+    if end_step is not None and end_step not in available:
+        raise ckpt.NoCheckpointError(
+            f"no checkpoint for step {end_step} in {directory}; available steps: {available}."
+        )
+    candidates = [s for s in available if end_step is None or s <= end_step]
+    found: list[tuple[int, R]] = []
+    failed = False
+    with quiet_failed_reads() as quiet:
+        try:
+            for step in reversed(candidates):  # newest first: a damaged old one costs nothing
+                try:
+                    found.append((step, read(step)))
+                except Exception as error:  # orbax raises many types for a damaged directory
+                    failed = True
+                    logging.error(
+                        "Checkpoint %s is corrupt or unusable (%s: %s); left in place; trying the "
+                        "previous one.",
+                        directory / str(step),
+                        type(error).__name__,
+                        " ".join(str(error).split())[:300],
+                    )
+                    continue
+                if len(found) == last_n:
+                    return found
+        finally:
+            if failed:  # late echoes of the reads orbax abandoned
+                quiet.drain(quiet_for=0.5, limit=5.0)
+    up_to = f" up to step {end_step}" if end_step is not None else ""
+    steps = sorted(s for s, _ in found)
+    raise TooFewCheckpointsError(
+        f"cannot average the last {last_n} checkpoints: {directory} has only "
+        f"{len(found)} readable{up_to} (steps {steps}). A run keeps its last "
+        f"`keep_checkpoints` (default 3) checkpoints: average at most {len(found)} here, "
+        f"or train the next run with --config.keep_checkpoints={last_n} or more."
+    )
+
+
 def restore_averaged(
     manager: ocp.CheckpointManager,
     abstract_state: Any,
@@ -109,49 +168,20 @@ def restore_averaged(
     checkpoints (up to `end_step` if given) with its params replaced by their average.
 
     The rest of the state (step, opt_state, rng) and the data position are the newest
-    checkpoint's; `steps` ascend. An unreadable checkpoint is logged and skipped. Holds one
-    full state and `last_n` param trees in host memory at a time.
+    checkpoint's; `steps` ascend. Each state is checked as a resume checks it
+    (`state_checks.check_restored`). Used to write an averaged workdir, which needs the
+    whole state; translating needs only the params (`inference.restore.restore_params`).
     """
-    if last_n < 1:
-        raise ValueError(f"average_last/last_n={last_n}; use 1 (no averaging) or more.")
-    available = sorted(manager.all_steps())
-    directory = Path(manager.directory)
-    if end_step is not None and end_step not in available:
-        raise ckpt.NoCheckpointError(
-            f"no checkpoint for step {end_step} in {directory}; available steps: {available}."
-        )
-    candidates = [s for s in available if end_step is None or s <= end_step]
-    newest: tuple[Any, dict, dict] | None = None
-    params: list[Any] = []
-    steps: list[int] = []
-    for step in reversed(candidates):  # newest first, so a damaged old one costs nothing
-        try:
-            state, data, meta = ckpt._restore(manager, step, abstract_state)
-        except Exception as error:  # orbax raises many types for a damaged directory
-            logging.error(
-                "Checkpoint %s is unreadable (%s: %s); leaving it out of the average.",
-                directory / str(step),
-                type(error).__name__,
-                str(error)[:500],
-            )
-            continue
-        if newest is None:
-            newest = (state, data, meta)
-        params.append(state.params)
-        steps.append(step)
-        if len(steps) == last_n:
-            break
-    if len(steps) < last_n:
-        up_to = f" up to step {end_step}" if end_step is not None else ""
-        raise TooFewCheckpointsError(
-            f"cannot average the last {last_n} checkpoints: {directory} has only "
-            f"{len(steps)} readable{up_to} (steps {sorted(steps)}). A run keeps its last "
-            f"`keep_checkpoints` (default 3) checkpoints: average at most {len(steps)} here, "
-            f"or train the next run with --config.keep_checkpoints={last_n} or more."
-        )
-    state, data, meta = newest
-    state = state.replace(params=average_trees(params[::-1]))  # ascending steps
-    return (state, data, meta), tuple(sorted(steps))
+
+    def read(step: int) -> tuple[Any, dict, dict]:
+        state, data, meta = ckpt._restore(manager, step, abstract_state)
+        check_restored(state, abstract_state, meta, step=step)
+        return state, data, meta
+
+    found = last_readable(manager, read, last_n, end_step=end_step)
+    state, data, meta = found[0][1]
+    params = average_trees([s.params for _, (s, _, _) in reversed(found)])  # ascending steps
+    return (state.replace(params=params), data, meta), tuple(sorted(s for s, _ in found))
 
 
 def _open(workdir: Path) -> tuple[ocp.CheckpointManager, Any]:
@@ -185,10 +215,13 @@ def _restore_averaged_workdir(
 def average_checkpoints(workdir: str | Path, last_n: int) -> tuple[Any, tuple[int, ...]]:
     """(params, steps): the mean params of the run's last `last_n` readable checkpoints.
 
-    `steps` ascend. Raises `TooFewCheckpointsError` if the workdir keeps fewer.
+    Reads the params only (`inference.Translator.from_workdir`). `steps` ascend. Raises
+    `TooFewCheckpointsError` if the workdir keeps fewer.
     """
-    (state, _, _), steps = _restore_averaged_workdir(Path(workdir), last_n)
-    return state.params, steps
+    from transformer_jax.inference import Translator
+
+    translator = Translator.from_workdir(workdir, average_last=last_n)
+    return translator.params, translator.averaged_steps
 
 
 # --- writing an averaged workdir ---------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Orbax checkpoints in the workdir, the workdir layout, and loading a run for inference.
+"""Orbax checkpoints in the workdir and the workdir layout (inference reads them through
+`inference.Translator.from_workdir`, which restores the parameters only).
 
 Workdir layout (everything a run needs to resume or translate):
 
@@ -15,7 +16,6 @@ Workdir layout (everything a run needs to resume or translate):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -31,7 +31,6 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from transformer_jax.nn import ModelConfig
 from transformer_jax.training.read_noise import quiet_failed_reads
 from transformer_jax.training.state_checks import (
     DIGEST_KEY,
@@ -51,23 +50,6 @@ TRAIN_COMMAND = "python -m experiments.train --config=configs/fra_eng.py --workd
 
 class NoCheckpointError(FileNotFoundError):
     """The workdir has no (readable) checkpoint."""
-
-
-@dataclasses.dataclass
-class InferenceBundle:
-    """A trained model ready to translate.
-
-    Use as `Transformer(bundle.model_config).apply({"params": bundle.params}, ...)`.
-    """
-
-    config: ml_collections.ConfigDict
-    model_config: ModelConfig  # deterministic=True
-    params: Any  # unreplicated host (numpy) pytree
-    src_tokenizer: Any
-    tgt_tokenizer: Any
-    step: int
-    # Steps whose params `params` averages (`training.averaging`); () = one checkpoint's.
-    averaged_steps: tuple[int, ...] = ()
 
 
 # --- config and tokenizers ----------------------------------------------------------------
@@ -250,70 +232,16 @@ def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> Path:
     return target
 
 
-# --- inference ----------------------------------------------------------------------------
-
-
-def load_for_inference(
-    workdir: str | Path, step: int | None = None, average_last: int = 1
-) -> InferenceBundle:
-    """The config, tokenizers and params of a training run (latest or given step).
-
-    `average_last` > 1 averages the params of the last N readable checkpoints ending at
-    `step` (default: the newest); the bundle's `step` is the newest of them and
-    `averaged_steps` lists them all. A workdir written by `averaging.write_averaged_checkpoint`
-    reports the steps its one checkpoint averages.
-    """
-    from transformer_jax.data import load_tokenizers
-    from transformer_jax.training.optimizer import make_optimizer
-    from transformer_jax.training.state import abstract_train_state, model_config_from
-
-    workdir = Path(workdir)
-    config = load_config(workdir)
-    checkpoint_dir = workdir.absolute() / CHECKPOINT_DIR
-    if not checkpoint_dir.is_dir():
-        raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
-    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / TOKENIZER_DIR)
-    model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
-    # Shapes only: any run length will do for a decaying schedule.
-    tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
-    abstract_state = abstract_train_state(model_config, tx)
-    manager = make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
-    averaged_steps: tuple[int, ...] = ()
-    try:
-        if average_last != 1:
-            from transformer_jax.training.averaging import restore_averaged
-
-            restored, averaged_steps = restore_averaged(
-                manager, abstract_state, average_last, end_step=step
-            )
-        elif step is None:
-            restored = restore_latest(manager, abstract_state, quarantine=False)
-        elif step not in manager.all_steps():
-            raise NoCheckpointError(
-                f"no checkpoint for step {step} in {checkpoint_dir}; available steps: "
-                f"{sorted(manager.all_steps())}."
-            )
-        else:
-            restored = _restore(manager, step, abstract_state)
-            check_restored(restored[0], abstract_state, restored[2], step=step)
-    finally:
-        manager.close()
-    if restored is None:
-        raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
-    state, _, meta = restored
-    check_vocabulary_meta(meta, src_tokenizer, tgt_tokenizer)
-    return InferenceBundle(
-        config=config,
-        model_config=model_config.replace(deterministic=True),
-        params=state.params,
-        src_tokenizer=src_tokenizer,
-        tgt_tokenizer=tgt_tokenizer,
-        step=int(state.step),
-        averaged_steps=averaged_steps or tuple(int(s) for s in meta.get("averaged_steps", ())),
-    )
-
-
 def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
     return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + TRAIN_COMMAND.format(
         workdir=workdir
     )
+
+
+def load_for_inference(workdir: str | Path, step: int | None = None, average_last: int = 1) -> Any:
+    """Temporary alias of `inference.Translator.from_workdir` (same attributes as the old
+    bundle: config, model_config, params, tokenizers, step) for `export/source.py`, which is
+    being written concurrently. Remove once it calls `Translator.from_workdir`."""
+    from transformer_jax.inference import Translator
+
+    return Translator.from_workdir(workdir, step, average_last=average_last)

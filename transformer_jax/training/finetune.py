@@ -52,18 +52,20 @@ def init_from_state(
     Raises `InitFromError` if `init_from` has no usable checkpoint or its parameters do not
     fit the new model config.
     """
+    from transformer_jax.inference import Translator
+
     try:
-        bundle = ckpt.load_for_inference(init_from)
+        source = Translator.from_workdir(init_from)  # its parameters only
     except ckpt.NoCheckpointError as error:
         raise InitFromError(f"--init_from={init_from}: {error}") from error
     try:
-        check_shapes(bundle.params, abstract_state.params, what=f"--init_from={init_from}")
+        check_shapes(source.params, abstract_state.params, what=f"--init_from={init_from}")
     except StateShapeError as error:
         raise InitFromError(
             f"{error} A fine-tune keeps the model's shapes; change only keys that keep them "
             "(dropout, dtype, the data, the optimizer, ...)."
         ) from error
-    params = jax.tree.map(np.asarray, bundle.params)
+    params = jax.tree.map(np.asarray, source.params)
     _, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))  # as create_train_state
     state = TrainState(
         step=np.asarray(0, np.int32),
@@ -71,7 +73,7 @@ def init_from_state(
         opt_state=jax.device_get(jax.jit(tx.init)(params)),
         rng=np.asarray(jax.device_get(dropout_rng)),
     )
-    return state, bundle.step
+    return state, source.step
 
 
 def provenance(init_from: str | Path, step: int) -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""Attention weights of one sentence pair, for heatmaps (d2l §11.7.6).
+"""Attention weights of one sentence pair, for the heatmaps of `plots.plot_attention`
+(d2l §11.7.6).
 
 maps = attention_weights(model_config, params, src_ids, tgt_ids)   # AttentionMaps
+maps = Translator.from_workdir(workdir).attention_maps("go .")     # the same, from text
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.data.vocab import BOS_ID
-from transformer_jax.decoding.translate import LENGTH_BUCKET, SourceTooLongError, _round_up
+from transformer_jax.decoding.batch_decode import LENGTH_BUCKET, SourceTooLongError, round_up
 from transformer_jax.nn import ModelConfig, Transformer
 
 
@@ -59,7 +61,7 @@ def attention_weights(
             f"pair of lengths ({s}, {t}) exceeds the learned position table "
             f"(model.max_len={limit})."
         )
-    width_s, width_t = _round_up(s, LENGTH_BUCKET), _round_up(t, LENGTH_BUCKET)
+    width_s, width_t = round_up(s, LENGTH_BUCKET), round_up(t, LENGTH_BUCKET)
     if limit is not None:
         width_s, width_t = min(width_s, limit), min(width_t, limit)
     src = np.zeros((1, width_s), np.int32)

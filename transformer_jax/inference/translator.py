@@ -1,0 +1,249 @@
+"""The one inference path: a trained model with its tokenizers, text in, text out.
+
+    translator = Translator.from_workdir("runs/fra_eng")            # params only, no optimizer
+    translator.translate(["go .", "i lost ."], beam_size=4)         # -> ["va !", "j'ai perdu ."]
+    translator = Translator.from_params(model_config, params, src_tok, tgt_tok, config=config)
+
+The translate and evaluate commands, the train loop's BLEU, the notebook, fine-tuning and
+checkpoint averaging all build one. Sources are data/'s `encode_text` rows (ids + `<eos>`,
+as in training; `inference.sources`), decoded in sorted, padded batches over the local
+devices (`decoding.decode_ids`) and detokenised in the input order. Inputs are expected as
+the data stores them (fra_eng: the book's lowercasing and spaced punctuation); `prepare`
+turns raw text into that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from transformer_jax.data.vocab import EOS_ID, PAD_ID
+from transformer_jax.decoding.batch_decode import decode_ids
+from transformer_jax.inference.settings import decode_settings
+from transformer_jax.inference.sources import EncodedSources, encode_sources
+from transformer_jax.nn import ModelConfig
+
+
+@dataclasses.dataclass
+class Translations:
+    """What `Translator.translate_detailed` returns, in the input order.
+
+    texts: the translations ("" for an empty input). tokens: generated ids per sentence
+    ((0,) for an empty one), `<eos>` then `<pad>`. target_ids: the ids of each translation
+    without `<eos>` and padding. sources: the encoded inputs, with the indices of empty and
+    longer-than-trained ones. generated_tokens: tokens produced, each `<eos>` included.
+    """
+
+    texts: list[str]
+    tokens: list[np.ndarray]
+    target_ids: list[list[int]]
+    sources: EncodedSources
+    generated_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Translator:
+    """A model in decode form, its parameters (host numpy) and tokenizers, and the decoding
+    settings its `translate` uses unless told otherwise (`inference.settings.DEFAULTS` keys).
+
+    config, step and averaged_steps say where the parameters came from (None / () when
+    built from parameters in memory).
+    """
+
+    model_config: ModelConfig  # deterministic=True
+    params: Any
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+    settings: dict[str, Any]
+    config: ml_collections.ConfigDict | None = None
+    step: int | None = None
+    averaged_steps: tuple[int, ...] = ()
+
+    # --- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_params(
+        cls,
+        model_config: ModelConfig,
+        params: Any,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        *,
+        config: ml_collections.ConfigDict | None = None,
+        **settings: Any,
+    ) -> Translator:
+        """A translator over parameters in memory (e.g. the train loop's current ones).
+
+        Decoding settings come from the run `config` if given (`decode_settings`), then from
+        `settings` (beam_size, alpha, max_decode_len, max_len_a, max_len_b, batch_size,
+        trained_len).
+        """
+        return cls(
+            model_config=model_config.replace(deterministic=True, decode=False),
+            params=params,
+            src_tokenizer=src_tokenizer,
+            tgt_tokenizer=tgt_tokenizer,
+            settings=decode_settings(config, **settings),
+            config=config,
+        )
+
+    @classmethod
+    def from_workdir(
+        cls, workdir: str | Path, step: int | None = None, average_last: int = 1
+    ) -> Translator:
+        """The run in `workdir`: its config, tokenizers and the parameters of its newest usable
+        checkpoint (or of `step`), restored alone (`inference.restore`).
+
+        average_last > 1 averages the last N readable checkpoints ending at `step`; `step` is
+        then the newest of them and `averaged_steps` lists them all (a workdir written by
+        `averaging.write_averaged_checkpoint` reports the steps its checkpoint averages).
+        Raises `NoCheckpointError` (saying how to train one) if there is nothing to restore.
+        """
+        from transformer_jax.data import load_tokenizers
+        from transformer_jax.inference.restore import abstract_params, restore_params
+        from transformer_jax.training import checkpoints as ckpt
+        from transformer_jax.training.averaging import AVERAGED_STEPS
+        from transformer_jax.training.state import model_config_from
+
+        workdir = Path(workdir)
+        config = ckpt.load_config(workdir)
+        checkpoint_dir = workdir.absolute() / ckpt.CHECKPOINT_DIR
+        if not checkpoint_dir.is_dir():
+            raise ckpt.NoCheckpointError(ckpt._no_checkpoint_message(checkpoint_dir, workdir))
+        src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / ckpt.TOKENIZER_DIR)
+        model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+        manager = ckpt.make_manager(workdir, keep=1, read_only=True)
+        try:
+            params, meta, steps = restore_params(
+                manager, abstract_params(model_config), step=step, average_last=average_last
+            )
+        finally:
+            manager.close()
+        ckpt.check_vocabulary_meta(meta, src_tokenizer, tgt_tokenizer)
+        translator = cls.from_params(
+            model_config, params, src_tokenizer, tgt_tokenizer, config=config
+        )
+        return dataclasses.replace(
+            translator,
+            step=int(meta["step"]),
+            averaged_steps=steps or tuple(int(s) for s in meta.get(AVERAGED_STEPS, ())),
+        )
+
+    # --- text ----------------------------------------------------------------------------
+
+    @property
+    def book_style(self) -> bool:
+        """Whether the data's text is the book's (lowercased, punctuation spaced)."""
+        from transformer_jax.evaluation.report import book_style
+
+        return self.config is not None and book_style(self.config)
+
+    def prepare(self, text: str) -> str:
+        """Raw text -> the form the data stores: control characters become spaces
+        (`evaluation.text_lines.clean_text`), then the book's preprocessing if the run's
+        data had it. Already prepared text is unchanged."""
+        from transformer_jax.data.preprocessing import preprocess_nmt
+        from transformer_jax.evaluation.text_lines import clean_text
+
+        cleaned = clean_text(text).strip()
+        return preprocess_nmt(cleaned) if self.book_style else cleaned
+
+    def detokenize(self, text: str) -> str:
+        """A translation or reference as sacreBLEU should score it (the book's spaced
+        punctuation joined back for book-style data; other text unchanged)."""
+        from transformer_jax.evaluation.bleu import detokenize_book
+
+        return detokenize_book(text) if self.book_style else text
+
+    def token_names(self, ids: Sequence[int], *, target: bool = False) -> list[str]:
+        """A name per id (the tokenizer's `id_to_token`, else the decoded id), for plots."""
+        tokenizer = self.tgt_tokenizer if target else self.src_tokenizer
+        name = getattr(tokenizer, "id_to_token", None)
+        return [name(int(i)) if name else tokenizer.decode([int(i)]) for i in ids]
+
+    # --- translating ---------------------------------------------------------------------
+
+    def translate(self, sentences: Sequence[str], **settings: Any) -> list[str]:
+        """Translate sentences (as the data stores them; see `prepare`) -> texts, in order.
+
+        `settings` override the translator's: beam_size (1 = greedy; larger beams rank by
+        log P / ((5 + len) / 6)^alpha), alpha, max_decode_len, max_len_a, max_len_b,
+        batch_size, trained_len. Sources are never cut: one longer than `trained_len` (tokens
+        with `<eos>`) is translated whole with a `DecodingWarning`; with learned positions,
+        one beyond the table is a `SourceTooLongError`. An empty sentence gets a warning and
+        the translation "". Each batch generates at most `max_decode_len` tokens if given,
+        else `max_len_a · S + max_len_b`, S its longest source.
+        """
+        return self.translate_detailed(sentences, **settings).texts
+
+    def translate_detailed(
+        self, sentences: Sequence[str], *, warn: bool = True, **settings: Any
+    ) -> Translations:
+        """`translate`, also returning the ids, the encoded sources and the token count.
+
+        warn=False leaves the reporting of empty and too-long inputs to the caller
+        (`Translations.sources.empty` / `.long`).
+        """
+        options = {**self.settings, **{k: v for k, v in settings.items() if v is not None}}
+        options = decode_settings(None, **options)  # rejects an unknown keyword
+        encoded = encode_sources(
+            self.src_tokenizer,
+            sentences,
+            trained_len=options.pop("trained_len"),
+            position_limit=self.model_config.position_limit,
+            warn=warn,
+        )
+        todo = [i for i, ids in enumerate(encoded.ids) if ids]
+        decoded = decode_ids(
+            self.model_config, self.params, [encoded.ids[i] for i in todo], **options
+        )
+        texts = [""] * len(sentences)
+        tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
+        target_ids: list[list[int]] = [[] for _ in sentences]
+        generated = 0
+        for i, row in zip(todo, decoded, strict=True):
+            ids = [int(t) for t in row]
+            texts[i] = self.tgt_tokenizer.decode(ids)
+            tokens[i] = row
+            target_ids[i] = ids[: ids.index(EOS_ID)] if EOS_ID in ids else _unpadded(ids)
+            generated += len(target_ids[i]) + (EOS_ID in ids)
+        return Translations(texts, tokens, target_ids, encoded, generated)
+
+    def attention_maps(self, sentence: str, target_ids: Sequence[int] | None = None, **settings):
+        """Attention weights of `sentence` and its translation, for heatmaps (d2l §11.7.6).
+
+        target_ids: the translation's ids (without `<bos>`/`<eos>`); by default this
+        translator's own translation (with `settings`). Returns an
+        `evaluation.attention_maps.AttentionMaps` with the tokens named.
+        """
+        from transformer_jax.evaluation.attention_maps import attention_weights
+
+        if target_ids is None:
+            out = self.translate_detailed([sentence], warn=False, **settings)
+            src, tgt = out.sources.ids[0], out.target_ids[0]
+        else:
+            position_limit = self.model_config.position_limit
+            encoded = encode_sources(
+                self.src_tokenizer, [sentence], position_limit=position_limit, warn=False
+            )
+            src, tgt = encoded.ids[0], list(target_ids)
+        if not src:
+            raise ValueError("attention_maps needs a non-empty sentence.")
+        return attention_weights(
+            self.model_config,
+            self.params,
+            src,
+            tgt,
+            src_tokens=self.token_names(src),
+            tgt_tokens=["<bos>", *self.token_names(tgt, target=True)],
+        )
+
+
+def _unpadded(ids: list[int]) -> list[int]:
+    """A hypothesis that ran out of budget before `<eos>`: its ids without padding."""
+    return [t for t in ids if t != PAD_ID]
