@@ -29,13 +29,16 @@ Re-running the same command resumes from the latest checkpoint in the workdir.
 
 from __future__ import annotations
 
+import difflib
+
 import ml_collections
 
 from configs import model as model_configs
 from transformer_jax.data.config import data_config
 from transformer_jax.training.config import training_defaults
 
-VARIANTS = ("default", "d2l", "hour", *model_configs.VARIANTS)
+# The recipes of this file, then every model size of configs/model.py (d2l is both: once).
+VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_configs.VARIANTS)))
 
 # The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README run (D 128, 2+2
 # layers, no dropout, batches of ~2,048 tokens, linear decay from 5e-3) for 22,000 steps,
@@ -62,12 +65,20 @@ def _parse(arg: str | None) -> dict[str, str | bool]:
             out["variant"] = key
         else:
             raise ValueError(
-                f"Bad config argument {part!r} in {arg!r}: use a variant name {list(VARIANTS)}, "
-                "'variant=<name>' and/or 'runlocal'."
+                f"Bad config argument {part!r} in {arg!r}{_did_you_mean(key)}: use a variant "
+                f"name {list(VARIANTS)}, 'variant=<name>' and/or 'runlocal'."
             )
     if out["variant"] not in VARIANTS:
-        raise ValueError(f"Unknown variant {out['variant']!r}; choose one of {list(VARIANTS)}.")
+        raise ValueError(
+            f"Unknown variant {out['variant']!r}{_did_you_mean(str(out['variant']))}; choose "
+            f"one of {list(VARIANTS)}."
+        )
     return out
+
+
+def _did_you_mean(name: str) -> str:
+    close = difflib.get_close_matches(name, [*VARIANTS, "runlocal"], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

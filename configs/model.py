@@ -4,6 +4,7 @@
     cfg = model.get_config("base")   # the paper's Transformer-base
 
 Vocabulary sizes are not part of the variant: they come from the tokenizers at run time.
+Every key a variant does not list keeps its default from `transformer_jax.nn.ModelConfig`.
 """
 
 from __future__ import annotations
@@ -12,24 +13,8 @@ import ml_collections
 
 from transformer_jax.nn.config import ModelConfig
 
-# Shared defaults of every variant; each variant overrides the sizes.
-_DEFAULTS = dict(
-    activation="relu",
-    norm_placement="post",
-    norm_kind="layer",
-    norm_eps=1e-5,
-    attention_kind="dot",
-    additive_dim=0,
-    positional="sinusoidal",
-    max_len=1024,
-    share_embeddings=False,
-    tie_output=False,
-    use_bias=True,
-    dtype="float32",
-    remat=False,
-    pad_id=0,
-)
-
+# Each variant lists the sizes it sets; every other key keeps ModelConfig's own default
+# (`ModelConfig.defaults_dict()`, the one place the model's defaults live).
 VARIANTS: dict[str, dict] = {
     # d2l §11.7.5: 2+2 layers, D 32, H 4, F 64, dropout 0.1.
     "d2l": dict(
@@ -64,7 +49,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     name = arg or "d2l"
     if name not in VARIANTS:
         raise ValueError(f"Unknown model variant {name!r}; choose one of {sorted(VARIANTS)}.")
-    section = ml_collections.ConfigDict({**_DEFAULTS, **VARIANTS[name]})
-    # Fail here, not at compile time, if a variant ever drifts from ModelConfig.
-    ModelConfig.from_dict(section.to_dict(), src_vocab_size=1, tgt_vocab_size=1)
-    return section
+    # Validated with the whole run config (`training.validate_config`), before anything is built.
+    return ml_collections.ConfigDict({**ModelConfig.defaults_dict(), **VARIANTS[name]})

@@ -3,29 +3,40 @@ r"""Train (or resume) a model: parses flags, then calls `training.train_and_eval
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
     python -m experiments.train --config=configs/fra_eng.py:d2l --workdir=runs/d2l \
         --config.num_epochs=100
+    python -m experiments.train --config=configs/fra_eng.py:d2l --print_config
 
 Kept short on purpose (Flax WMT `main.py` style): all logic lives in `transformer_jax`,
-where it is importable and tested. Multi-host: start one process per host with
-`--coordinator_address=host:port --num_processes=N --process_id=i`.
+where it is importable and tested. Every mistake in the flags or the config is one `FATAL:`
+line before anything is built (`transformer_jax.launch`, then `training.validate_config`).
+Multi-host: start one process per host with `--coordinator_address=host:port
+--num_processes=N --process_id=i`.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from transformer_jax.training import config as config_lib
+from transformer_jax import launch
 from transformer_jax.training import distributed
+from transformer_jax.training.config import ConfigError
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
     "config", None, "Run config file, e.g. configs/fra_eng.py:d2l.", lock_config=True
 )
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the config.")
+flags.DEFINE_string(
+    "workdir",
+    None,
+    "Directory for checkpoints, metrics and the config, e.g. --workdir=runs/fra_eng (created "
+    "if missing; re-running the same command resumes).",
+)
+flags.DEFINE_bool(
+    "print_config", False, "Print the resolved config (overrides applied, checked) and exit."
+)
 flags.DEFINE_string(
     "init_from",
     None,
@@ -46,25 +57,26 @@ flags.DEFINE_string(
     "~/.cache/transformer_jax/xla",
     "Persistent XLA compilation cache (a restarted run skips recompiling); '' = off.",
 )
-flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        launch.fatal(f"unexpected arguments {argv[1:]}: write flags as --name=value.")
     from transformer_jax.training.workdir import WorkdirError, check_workdir
 
-    try:  # before anything is built: an unusable workdir is one line, not a traceback later
-        check_workdir(FLAGS.workdir)
-    except WorkdirError as error:
-        _fatal(str(error))
+    if not FLAGS.print_config:
+        try:  # before anything is built: an unusable workdir is one line, not a traceback later
+            check_workdir(FLAGS.workdir)
+        except WorkdirError as error:
+            launch.fatal(str(error))
     from transformer_jax.runtime import configure_process
+    from transformer_jax.training.config import validate_config
 
-    try:  # first of all: XLA flags and host memory are fixed once JAX starts its backend
-        configure_process(FLAGS.config)
-    except ValueError as error:
-        print(f"FATAL: invalid config: {error}", file=sys.stderr)
-        sys.exit(2)
+    try:  # before JAX starts, so a mistake is the only line (devices: train_and_evaluate)
+        validate_config(FLAGS.config, process_count=FLAGS.num_processes)
+    except ConfigError as error:
+        launch.fatal(f"invalid config: {error}")
+    configure_process(FLAGS.config)  # XLA flags and host memory: before JAX starts its backend
     if FLAGS.compilation_cache_dir and not jax.config.jax_compilation_cache_dir:
         jax.config.update(
             "jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache_dir)
@@ -75,26 +87,32 @@ def main(argv: list[str]) -> None:
 
     quiet_library_logs()
 
+    if FLAGS.print_config:
+        try:  # the values are known good: this checks the batch against the devices
+            training.validate_config(
+                FLAGS.config,
+                num_devices=jax.local_device_count(),
+                process_count=jax.process_count(),
+            )
+        except ConfigError as error:
+            launch.fatal(f"invalid config: {error}")
+        launch.print_config(FLAGS.config)
+        return
     logging.info("Config:\n%s", FLAGS.config)
-    try:  # before any data or compilation: a bad value fails in a second, with the fix
-        training.validate_config(
-            FLAGS.config, num_devices=jax.local_device_count(), process_count=jax.process_count()
-        )
-    except ValueError as error:
-        print(f"FATAL: invalid config: {error}", file=sys.stderr)
-        sys.exit(2)
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.history import NoUsableCheckpointError
     from transformer_jax.training.resume import ConfigMismatchError
     from transformer_jax.training.state_checks import StateShapeError
 
-    try:  # a refused start changes nothing in the workdir
+    try:  # checks the devices first; a refused start changes nothing in the workdir
         training.train_and_evaluate(
             FLAGS.config,
             FLAGS.workdir,
             init_from=FLAGS.init_from or None,
             restart_from_scratch=FLAGS.restart_from_scratch,
         )
+    except ConfigError as error:
+        launch.fatal(f"invalid config: {error}")
     except (
         ConfigMismatchError,
         InitFromError,
@@ -102,7 +120,7 @@ def main(argv: list[str]) -> None:
         StateShapeError,
         WorkdirError,
     ) as error:
-        _fatal(str(error))
+        launch.fatal(str(error))
     if FLAGS.config.eval.num_test_examples >= 0:
         if jax.process_count() > 1:  # the report decodes on one host's devices
             logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
@@ -112,23 +130,8 @@ def main(argv: list[str]) -> None:
         test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
 
 
-def _fatal(message: str) -> None:
-    print(f"FATAL: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl parsing, but an unknown `--config.x=y` names the key and lists the valid ones."""
-    try:
-        return FLAGS(argv)
-    except (AttributeError, KeyError) as error:
-        spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-        message = spec and config_lib.unknown_override_message(
-            config_lib.load_config_file(spec), argv
-        )
-        print(f"FATAL: {message or error}", file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    app.run(
+        main,
+        flags_parser=launch.flags_parser(required=("config", "workdir"), unless="print_config"),
+    )

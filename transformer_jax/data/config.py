@@ -1,4 +1,8 @@
-"""The data config: every knob of the input pipeline, with its default for the fra-eng run."""
+"""The data config: every knob of the input pipeline, with its default for the fra-eng run.
+
+`data_config()` is the one place the data defaults live; `validate_data_config` is the data part
+of `training.validate_config`, which runs once before anything is built.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from pathlib import Path
 
 import ml_collections
 
-from transformer_jax.data import splitting
+from transformer_jax.data import catalogue, splitting
 from transformer_jax.data.encoding import LONG_PAIRS
 
 # transformer_jax/data/config.py -> repository root. Not the cwd: tests and scripts run anywhere.
@@ -17,6 +21,10 @@ DEFAULT_DATA_DIR = REPO_ROOT / "data" / "tfds"  # git-ignored (`/data/` in .giti
 TOKENIZERS = ("word", "sentencepiece")
 SP_MODEL_TYPES = ("unigram", "bpe")
 FRA_ENG = "fra_eng"
+# The fra_eng builder's splits (fra_eng.py): hashed train/validation/test, and every pair in
+# file order ("full", for the book's parity slice).
+FRA_ENG_SPLITS = (*splitting.SPLIT_NAMES, "full")
+SPLIT_KEYS = ("train_split", "eval_split", "test_split")
 
 
 def data_config() -> ml_collections.ConfigDict:
@@ -102,7 +110,40 @@ def data_config() -> ml_collections.ConfigDict:
 def validate_data_config(
     cfg: ml_collections.ConfigDict, *, num_devices: int = 1, process_count: int = 1
 ) -> None:
-    """Raises ValueError naming the bad value and the valid choices."""
+    """Raises ValueError naming the bad value and the valid choices; builds and reads nothing.
+
+    `check_data_values` (the config alone), then `check_data_devices` (its batch over the
+    devices).
+    """
+    check_data_values(cfg)
+    check_data_devices(cfg, num_devices=num_devices, process_count=process_count)
+
+
+def check_data_devices(
+    cfg: ml_collections.ConfigDict, *, num_devices: int, process_count: int
+) -> None:
+    """Raises ValueError unless the global batch splits over process_count · num_devices."""
+    shards = process_count * num_devices
+    if cfg.batch_size <= 0 or cfg.batch_size % shards:
+        raise ValueError(
+            f"data.batch_size={cfg.batch_size} must be a positive multiple of process_count * "
+            f"devices = {process_count} * {num_devices} = {shards}; e.g. "
+            f"{max(shards, cfg.batch_size // shards * shards)}."
+        )
+    if cfg.batch_tokens and cfg.batch_tokens < max(cfg.max_src_len, cfg.max_tgt_len) * shards:
+        raise ValueError(
+            f"data.batch_tokens={cfg.batch_tokens} is below one row of the longest bucket per "
+            f"device: max length {max(cfg.max_src_len, cfg.max_tgt_len)} x {shards} shards; "
+            f"use >= {max(cfg.max_src_len, cfg.max_tgt_len) * shards}."
+        )
+
+
+def check_data_values(cfg: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the bad key or value and the choices (devices aside).
+
+    The dataset name is looked up in TFDS's registry and every split string is parsed; the
+    split names are checked where they are known before the dataset is built (fra_eng).
+    """
     expected = set(data_config().keys())
     unknown = set(cfg.keys()) - expected
     missing = expected - set(cfg.keys())
@@ -140,23 +181,10 @@ def validate_data_config(
         raise ValueError(f"data.vocab_size={cfg.vocab_size} is too small; use e.g. 8000.")
     if cfg.min_freq < 1:
         raise ValueError(f"data.min_freq={cfg.min_freq} must be >= 1 (the book uses 2).")
-    shards = process_count * num_devices
-    if cfg.batch_size <= 0 or cfg.batch_size % shards:
-        raise ValueError(
-            f"data.batch_size={cfg.batch_size} must be a positive multiple of process_count * "
-            f"devices = {process_count} * {num_devices} = {shards}; e.g. "
-            f"{max(shards, cfg.batch_size // shards * shards)}."
-        )
     if cfg.batch_tokens < 0 or (cfg.batch_tokens and not cfg.bucketing):
         raise ValueError(
             f"data.batch_tokens={cfg.batch_tokens} needs data.bucketing=True and a value >= 0 "
             "(0 = batch_size rows per batch)."
-        )
-    if cfg.batch_tokens and cfg.batch_tokens < max(cfg.max_src_len, cfg.max_tgt_len) * shards:
-        raise ValueError(
-            f"data.batch_tokens={cfg.batch_tokens} is below one row of the longest bucket per "
-            f"device: max length {max(cfg.max_src_len, cfg.max_tgt_len)} x {shards} shards; "
-            f"use >= {max(cfg.max_src_len, cfg.max_tgt_len) * shards}."
         )
     if cfg.bucketing:
         boundaries = list(cfg.bucket_boundaries)
@@ -173,6 +201,12 @@ def validate_data_config(
         )
     if cfg.num_eval_examples < 0:
         raise ValueError(f"data.num_eval_examples={cfg.num_eval_examples}; use 0 (all) or n > 0.")
+    if cfg.name != FRA_ENG:
+        catalogue.check_dataset_name(cfg.name)
+    for key in SPLIT_KEYS:
+        catalogue.check_split(
+            f"data.{key}", cfg[key], FRA_ENG_SPLITS if cfg.name == FRA_ENG else None
+        )
     if cfg.name == FRA_ENG:
         if (cfg.source_lang, cfg.target_lang) not in (("en", "fr"), ("fr", "en")):
             raise ValueError(

@@ -11,7 +11,6 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.data import augment, batching, bucketing, lengths, sources
-from transformer_jax.data.config import validate_data_config
 from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 
@@ -74,8 +73,9 @@ def create_input_pipeline(
     them from the config.
     Every process reads the same splits and derives the same global order; each then
     materialises only its own slice of every batch.
+    `cfg` is checked before, once, with the whole run config (`training.validate_config`, or
+    `data.validate_data_config` alone): building starts here.
     """
-    validate_data_config(cfg, num_devices=row_multiple, process_count=process_count)
     train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
     eval_pairs = sources.load_split_pairs(cfg, cfg.eval_split)
     test_pairs = sources.load_split_pairs(cfg, cfg.test_split)

@@ -22,6 +22,9 @@ ATTENTION_KINDS = ("dot", "additive")
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 ACTIVATION_KINDS = ("relu", "gelu")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Fields the code sets, not a run config's `model` section: the vocabulary sizes come from the
+# tokenizers, the modes from `replace`, the gradient rule from the run config's `gradients`.
+NOT_IN_RUN_CONFIG = ("src_vocab_size", "tgt_vocab_size", "deterministic", "decode", "gradients")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +153,18 @@ class ModelConfig:
         """A copy with `changes` applied (and validated), e.g. `replace(decode=True)`."""
         _check_keys(changes)
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def defaults_dict(cls) -> dict[str, Any]:
+        """The default of every key of a run config's `model` section (the one place they live).
+
+        `configs/model.py` starts each variant from these and lists only what it changes.
+        """
+        return {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if f.name not in NOT_IN_RUN_CONFIG and f.default is not dataclasses.MISSING
+        }
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], **extra: Any) -> ModelConfig:

@@ -1,8 +1,17 @@
 """The training keys of a run config, their defaults, validation, and duration conversion.
 
-A run config (see `configs/fra_eng.py`) is `training_defaults()` plus the sections `model`
-(`configs.model`) and `data` (`transformer_jax.data.data_config()`). `validate_config` checks
-the whole of it before anything is built or compiled, naming the bad value and the choices.
+A run config (see `configs/fra_eng.py`) has one source of defaults per concern, each one hop
+from `configs/`:
+
+- training keys: `training_defaults()` (here);
+- `model`: the fields of `transformer_jax.nn.ModelConfig` (`ModelConfig.defaults_dict()`),
+  of which `configs/model.py` names the sizes of each variant;
+- `data`: `transformer_jax.data.data_config()`.
+
+`validate_config` checks the whole of it once, before anything is built or compiled (unknown
+or missing keys, types, values, the dataset name and split strings), and raises one
+`ConfigError` naming the bad value and the choices. `train_and_evaluate` calls it first
+thing; a launcher turns the error into one `FATAL:` line (`transformer_jax.launch`).
 Durations are written as `*_steps` or `*_epochs` and converted here only
 (`resolve_num_train_steps`).
 """
@@ -15,6 +24,10 @@ from transformer_jax import runtime
 from transformer_jax.ops.matmul import GRADIENTS
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
+
+
+class ConfigError(ValueError):
+    """A run config mistake; the message is one line naming the bad value and the choices."""
 
 
 def training_defaults() -> ml_collections.ConfigDict:
@@ -112,13 +125,46 @@ _EVAL_INTS = (
 def validate_config(
     config: ml_collections.ConfigDict, *, num_devices: int = 1, process_count: int = 1
 ) -> None:
-    """Raises ValueError naming the bad key/value and the valid choices; compiles nothing."""
-    from transformer_jax.data import validate_data_config
+    """Raises `ConfigError` naming the bad key/value and the valid choices.
+
+    The one validation of a run config: keys, types, values of the training, model and data
+    sections, the dataset name and split strings. Builds, reads and compiles nothing.
+    """
+    try:
+        fingerprint = repr(config.to_dict())
+        if fingerprint not in _VALID:  # a call with the same config checks its devices only
+            _validate(config)
+            _VALID[fingerprint] = None
+            while len(_VALID) > 16:  # forget the oldest: a sweep checks many configs
+                del _VALID[next(iter(_VALID))]
+        _check_devices(config, num_devices=num_devices, process_count=process_count)
+    except ConfigError:
+        raise
+    except ValueError as error:  # the sections' own checks (ModelConfig, data, runtime)
+        raise ConfigError(" ".join(str(error).split())) from error
+
+
+# Configs (by content) that passed `_validate` in this process: the launcher validates before
+# anything is built, and `train_and_evaluate` (which direct callers use) validates again;
+# the second call then checks only the devices, which the launcher could not know yet.
+_VALID: dict[str, None] = {}
+
+
+def _validate(config: ml_collections.ConfigDict) -> None:
+    """Every check of the config alone: keys, types, values, dataset name and splits."""
+    from transformer_jax.data.config import check_data_values, data_config
     from transformer_jax.nn import ModelConfig
 
     defaults = training_defaults()
     _check_keys("", config, set(defaults) | {"model", "data"})
     _check_keys("eval.", config.eval, set(defaults.eval))
+    if not isinstance(config.model, ml_collections.ConfigDict):
+        raise ConfigError(f"model={config.model!r} must be a section (configs/model.py).")
+    # Types first, so that every later comparison is between numbers (or strings).
+    _check_types("", config, defaults)
+    _check_types("eval.", config.eval, defaults.eval)
+    _check_types("model.", config.model, ModelConfig.defaults_dict())
+    _check_types("data.", config.data, data_config())
     _check_choice("parallelism", config.parallelism, PARALLELISMS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("schedule", config.schedule, SCHEDULES)
@@ -163,7 +209,7 @@ def validate_config(
             f"weight_decay={config.weight_decay!r} needs optimizer='adamw' and a value >= 0."
         )
 
-    validate_data_config(config.data, num_devices=num_devices, process_count=process_count)
+    check_data_values(config.data)
     model = ModelConfig.from_dict(config.model.to_dict(), src_vocab_size=1, tgt_vocab_size=1)
     longest = max(config.data.max_src_len, config.data.max_tgt_len)
     if model.position_limit is not None and model.position_limit < longest:
@@ -172,6 +218,15 @@ def validate_config(
             f"training sequence (data.max_src_len / max_tgt_len = {longest}); raise "
             "model.max_len or lower the data limits."
         )
+
+
+def _check_devices(
+    config: ml_collections.ConfigDict, *, num_devices: int, process_count: int
+) -> None:
+    """The checks of the config against the devices: whole batches per device."""
+    from transformer_jax.data.config import check_data_devices
+
+    check_data_devices(config.data, num_devices=num_devices, process_count=process_count)
     per_device = config.data.batch_size // (process_count * num_devices)
     if per_device % config.grad_accum_steps:
         raise ValueError(
@@ -198,6 +253,39 @@ def _check_keys(prefix: str, section: ml_collections.ConfigDict, valid: set[str]
         )
 
 
+def _check_types(prefix: str, section, defaults) -> None:
+    """Each value has its default's type (an int is a float too); sections are checked apart."""
+    for key in sorted(set(section) & set(defaults)):
+        value, default = section[key], defaults[key]
+        if isinstance(default, ml_collections.ConfigDict) or default is None:
+            continue
+        expected = _type_name(default)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int | float):
+            ok = isinstance(value, type(default) | int) and not isinstance(value, bool)
+        elif isinstance(default, tuple | list):
+            ok = isinstance(value, tuple | list)
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise ConfigError(
+                f"{prefix}{key}={value!r} must be {expected} (the default is {default!r})."
+            )
+
+
+def _type_name(default) -> str:
+    if isinstance(default, bool):
+        return "True or False"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, tuple | list):
+        return "a tuple"
+    return "a string" if isinstance(default, str) else f"a {type(default).__name__}"
+
+
 def _check_choice(key: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{key}={value!r} is not valid; choose one of {list(choices)}.")
@@ -209,32 +297,7 @@ def _check_int(key: str, value, *, minimum: int) -> None:
 
 
 def load_config_file(spec: str) -> ml_collections.ConfigDict:
-    """`path/to/config.py[:arg]` -> `get_config(arg)`, as ml_collections' `--config` flag does."""
-    import importlib.util
+    """`path/to/config.py[:arg]` -> `get_config(arg)`; see `transformer_jax.launch`."""
+    from transformer_jax import launch
 
-    path, _, arg = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("_run_config", path)
-    if module_spec is None or module_spec.loader is None:
-        raise FileNotFoundError(f"config file {path!r} not found.")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None) if arg else module.get_config()
-
-
-def unknown_override_message(config: ml_collections.ConfigDict, argv: list[str]) -> str | None:
-    """For `--config.a.b=v` flags naming a key the config lacks: which one, and the valid keys."""
-    for arg in argv:
-        if not arg.startswith("--config."):
-            continue
-        dotted = arg[len("--config.") :].partition("=")[0]
-        section, path = config, []
-        for key in dotted.split("."):
-            if not isinstance(section, ml_collections.ConfigDict) or key not in section:
-                where = ".".join(path) or "the top level"
-                valid = sorted(section) if isinstance(section, ml_collections.ConfigDict) else []
-                return (
-                    f"Unknown config key {dotted!r} (in {arg!r}): {where} has no key {key!r}. "
-                    f"Valid keys there: {', '.join(valid)}."
-                )
-            section, path = section[key], [*path, key]
-    return None
+    return launch.load_config_file(spec)

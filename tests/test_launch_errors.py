@@ -1,0 +1,99 @@
+"""Every config and data mistake on the train command line: one FATAL line, nothing built.
+
+Each case runs the launcher in a subprocess from an empty directory, with the data and TFDS
+directories pointed inside it: the directory must still be empty afterwards (no workdir, no
+data prepared). The launcher fails before JAX compiles anything, so each case takes seconds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, subprocess_env
+
+CONFIG = f"--config={REPO / 'configs' / 'fra_eng.py'}"
+
+
+def _fatal_line(tmp_path: Path, *flags: str, workdir: bool = True) -> str:
+    """Runs the launcher from `tmp_path`; returns its one stderr line, checked to be FATAL."""
+    args = [*flags, f"--config.data.data_dir={tmp_path / 'data'}"]  # after --config
+    if workdir:
+        args.append(f"--workdir={tmp_path / 'run'}")
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.train", *args],
+        cwd=tmp_path,
+        env={**subprocess_env(), "TFDS_DATA_DIR": str(tmp_path / "tfds")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0, result.stdout[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("FATAL: "), result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == [], "the workdir or data was created before the error"
+    return lines[0]
+
+
+def test_unknown_dataset_name_names_it_and_the_choices(tmp_path):
+    line = _fatal_line(tmp_path, f"{CONFIG}:runlocal", "--config.data.name=fra_eng2")
+    assert "data.name='fra_eng2'" in line and "did you mean 'fra_eng'" in line
+    assert "'wmt14_translate/de-en'" in line  # the catalogue form, with a config
+
+
+def test_split_name_typo_names_the_split_and_the_choices(tmp_path):
+    line = _fatal_line(tmp_path, f"{CONFIG}:runlocal", "--config.data.train_split=trian[:1000]")
+    assert "data.train_split='trian[:1000]'" in line and "'trian'" in line
+    assert "['train', 'validation', 'test', 'full']" in line
+
+
+def test_bad_split_slice_names_it_and_the_syntax(tmp_path):
+    line = _fatal_line(tmp_path, f"{CONFIG}:runlocal", "--config.data.eval_split=validation[:10")
+    assert "data.eval_split='validation[:10'" in line
+    assert "name[from:to]" in line and "'train[:1000]'" in line
+
+
+def test_variant_typo_lists_each_variant_once(tmp_path):
+    line = _fatal_line(tmp_path, f"{CONFIG}:smal")
+    assert "'smal'" in line and "did you mean 'small'" in line
+    assert "['default', 'd2l', 'hour', 'small', 'base', 'big', 'tiny']" in line
+    assert line.count("'d2l'") == 1
+
+
+def test_missing_config_file_names_it_and_the_shipped_configs(tmp_path):
+    line = _fatal_line(tmp_path, "--config=configs/fra_eng_typo.py")
+    assert "config file 'configs/fra_eng_typo.py' not found" in line
+    assert "'configs/fra_eng.py'" in line and "config_config" not in line
+
+
+def test_missing_workdir_says_which_flag_and_gives_an_example(tmp_path):
+    line = _fatal_line(tmp_path, f"{CONFIG}:runlocal", workdir=False)
+    assert "--workdir is missing" in line and "e.g. --workdir=runs/fra_eng" in line
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("--config.model.num_heads=four", "model.num_heads takes an integer (now 2), got 'four'"),
+        ("--config.learning_rate=fast", "learning_rate takes a number (now 0.005), got 'fast'"),
+    ],
+)
+def test_non_number_for_a_numeric_key_names_the_key_and_the_type(tmp_path, override, expected):
+    line = _fatal_line(tmp_path, f"{CONFIG}:runlocal", override)
+    assert expected in line
+
+
+def test_print_config_prints_the_resolved_config_and_builds_nothing(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.train", f"{CONFIG}:runlocal", "--print_config",
+         "--config.model.num_heads=4", f"--config.data.data_dir={tmp_path / 'data'}"],
+        cwd=tmp_path, env={**subprocess_env(), "TFDS_DATA_DIR": str(tmp_path / "tfds")},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "num_heads: 4" in result.stdout and "train_split: train[:2000]" in result.stdout
+    assert "model_dim: 16" in result.stdout  # the runlocal variant, resolved
+    assert list(tmp_path.iterdir()) == []

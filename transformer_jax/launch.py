@@ -1,0 +1,195 @@
+r"""What a launcher checks before anything is built: its flags, the config file, the overrides.
+
+Every mistake on a command line becomes one `FATAL: ...` line on stderr (exit code 2, no
+traceback) naming the bad value and the valid choices, before a workdir is created or any
+data is prepared: a missing config file, a variant typo, `--config.x=y` naming an unknown
+key or giving a non-number for a numeric key, an unknown flag, a missing required flag. The
+config's values are checked after that, once, by `training.validate_config` (raising
+`ConfigError`, which a launcher prints with `fatal`).
+
+ml_collections' `config_flags` loads the config file and applies the overrides while absl
+parses the flags, and reports a mistake there as a long traceback (or, for a missing file,
+only when the config is first read). So `flags_parser` checks the same things first, with
+the messages below, and then lets absl parse. Use it in any launcher:
+
+    config_flags.DEFINE_config_file("config", None, "Run config file, e.g. ...")
+    flags.DEFINE_string("workdir", None, "Directory of the run, e.g. --workdir=runs/fra_eng.")
+    ...
+    def main(argv):
+        try:
+            training.validate_config(FLAGS.config)
+        except training.ConfigError as error:
+            launch.fatal(f"invalid config: {error}")
+
+    if __name__ == "__main__":
+        app.run(main, flags_parser=launch.flags_parser(required=("config", "workdir")))
+
+`print_config(config)` prints a resolved config (for `--print_config`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import ml_collections
+from absl import flags
+
+from transformer_jax.training.config import ConfigError
+
+# transformer_jax/launch.py -> the repository's configs/, listed when a config file is missing.
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def fatal(message: str) -> NoReturn:
+    """Ends the process with one `FATAL:` line on stderr and exit code 2."""
+    print(f"FATAL: {' '.join(str(message).split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+def flags_parser(
+    *,
+    required: Sequence[str] = (),
+    unless: str | None = None,
+    config_flag: str = "config",
+    flag_values: flags.FlagValues = flags.FLAGS,
+) -> Callable[[list[str]], list[str]]:
+    """An absl `flags_parser` for `app.run` that turns every flag mistake into a FATAL line.
+
+    `required`: flags that must be given, unless the boolean flag `unless` is set (e.g.
+    `--print_config` needs no `--workdir`). `config_flag`: the `DEFINE_config_file` flag.
+    """
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            check_config_args(argv, config_flag=config_flag)
+        except ConfigError as error:
+            fatal(str(error))
+        try:
+            rest = flag_values(argv)
+        except (flags.Error, ValueError, TypeError, KeyError, AttributeError, OSError) as error:
+            fatal(_last_line(error))
+        if unless is None or not flag_values[unless].value:
+            for name in required:
+                if flag_values[name].value in (None, ""):
+                    fatal(f"--{name} is missing: {flag_values[name].help}")
+        return rest
+
+    return parse
+
+
+def check_config_args(argv: Sequence[str], *, config_flag: str = "config") -> None:
+    """Raises ConfigError for a config spec that does not load or an override that cannot apply.
+
+    Reads `--config=path[:arg]` and every `--config.a.b=value` of `argv`, as config_flags
+    will; without a `--config=` flag there is nothing to check.
+    """
+    prefix = f"--{config_flag}="
+    specs = [arg[len(prefix) :] for arg in argv if arg.startswith(prefix)]
+    if not specs:
+        return
+    config = load_config_file(specs[-1])
+    check_overrides(config, argv, config_flag=config_flag)
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+    """`path/to/config.py[:arg]` -> `get_config(arg)`, as ml_collections' `--config` flag does.
+
+    Raises ConfigError for a missing file (listing the shipped configs) or an argument the
+    config's `get_config` rejects (its ValueError names the variants).
+    """
+    path, _, arg = spec.partition(":")
+    if not path:
+        raise ConfigError(f"--config={spec!r} names no file; {_config_choices()}.")
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"config file {path!r} not found (from {Path.cwd()}); {_config_choices()}."
+        )
+    module_spec = importlib.util.spec_from_file_location("_run_config", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"config file {path!r} is not a Python file; {_config_choices()}.")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    try:
+        config = module.get_config(arg) if arg else module.get_config()
+    except ValueError as error:  # a variant typo: the config names its variants
+        raise ConfigError(f"--config={spec}: {' '.join(str(error).split())}") from None
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(
+            f"{path}: get_config() returned {type(config).__name__}, not a ConfigDict."
+        )
+    return config
+
+
+def check_overrides(
+    config: ml_collections.ConfigDict, argv: Sequence[str], *, config_flag: str = "config"
+) -> None:
+    """Raises ConfigError for `--config.a.b=value` naming no key, or a value of the wrong type.
+
+    Numbers and booleans are parsed by absl's own parsers, as config_flags parses them.
+    """
+    prefix = f"--{config_flag}."
+    for arg in argv:
+        if not arg.startswith(prefix):
+            continue
+        dotted, has_value, value = arg[len(prefix) :].partition("=")
+        section, path = config, []
+        for key in dotted.split("."):
+            if not isinstance(section, ml_collections.ConfigDict) or key not in section:
+                where = ".".join(path) or "the top level"
+                valid = sorted(section) if isinstance(section, ml_collections.ConfigDict) else []
+                raise ConfigError(
+                    f"Unknown config key {dotted!r} (in {arg!r}): {where} has no key {key!r}"
+                    f"{_did_you_mean(key, valid)}. Valid keys there: {', '.join(valid)}."
+                )
+            section, path = section[key], [*path, key]
+        if has_value:
+            _check_value(arg, dotted, value, current=section)
+
+
+def print_config(config: ml_collections.ConfigDict) -> None:
+    """Prints the resolved config (every key, overrides applied) to stdout."""
+    print(config, end="")
+
+
+def _check_value(arg: str, dotted: str, value: str, *, current: object) -> None:
+    if isinstance(current, bool):
+        parser, kind = flags.BooleanParser(), "True or False"
+    elif isinstance(current, int):
+        parser, kind = flags.IntegerParser(), "an integer"
+    elif isinstance(current, float):
+        parser, kind = flags.FloatParser(), "a number"
+    else:
+        return  # strings take anything; tuples and sections are parsed by config_flags
+    try:
+        parser.parse(value)
+    except ValueError:
+        raise ConfigError(
+            f"{arg}: {dotted} takes {kind} (now {current!r}), got {value!r}."
+        ) from None
+
+
+def _config_choices() -> str:
+    # model.py holds the model sections that run configs import, not a run config itself.
+    shipped = sorted(
+        f"configs/{p.name}"
+        for p in SHIPPED_CONFIGS.glob("*.py")
+        if not p.name.startswith("_") and p.name != "model.py"
+    )
+    return f"give a config file path, e.g. one of {shipped} (with ':variant' if it has variants)"
+
+
+def _did_you_mean(value: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _last_line(error: BaseException) -> str:
+    # absl's and config_flags' messages can span lines (a nested traceback); the last
+    # non-empty line names the problem.
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
