@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
 from configs import fra_eng
@@ -88,6 +89,19 @@ def test_bad_variant_argument_lists_the_choices():
         (lambda c: c.data.update({"tokenizer": "bpe"}), "sentencepiece"),
         (lambda c: c.data.update({"drop_remainder": None}), "drop_remainder=None.*False"),
         (lambda c: c.model.update({"max_len": 8, "positional": "learned"}), "max_len=8"),
+        # A section written as a plain dict in a config file is not typed by ml_collections:
+        (
+            lambda c: setattr(c, "model", _section(c.model, num_heads="4")),
+            r"model.num_heads='4' must be an integer \(the default is 4\)",
+        ),
+        (
+            lambda c: setattr(c, "data", _section(c.data, bucketing=1)),
+            r"data.bucketing=1 must be True or False",
+        ),
+        (
+            lambda c: setattr(c, "eval", _section(c.eval, alpha="0.6")),
+            r"eval.alpha='0.6' must be a number",
+        ),
     ],
 )
 def test_validation_names_the_value_and_the_fix(change, message):
@@ -95,6 +109,33 @@ def test_validation_names_the_value_and_the_fix(change, message):
     change(c)
     with pytest.raises(ValueError, match=message):
         config_lib.validate_config(c, num_devices=1)
+
+
+def _section(section, **changes):
+    return ml_collections.ConfigDict({**section.to_dict(), **changes})
+
+
+def test_errors_are_one_line_config_errors():
+    c = fra_eng.get_config()
+    c.model.num_heads = 3
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.validate_config(c)
+    assert "\n" not in str(info.value) and "Valid num_heads for this D" in str(info.value)
+
+
+def test_a_config_changed_after_it_validated_is_validated_again():
+    c = fra_eng.get_config("runlocal")
+    config_lib.validate_config(c)
+    c.learning_rate = -1.0
+    with pytest.raises(config_lib.ConfigError, match="learning_rate=-1.0"):
+        config_lib.validate_config(c)
+    c.learning_rate = 0.005
+    config_lib.validate_config(c)
+    # The devices are checked on every call (the launcher validates before it knows them).
+    c.data.batch_size = 30
+    config_lib.validate_config(c, num_devices=1)
+    with pytest.raises(config_lib.ConfigError, match=r"batch_size=30 .*multiple"):
+        config_lib.validate_config(c, num_devices=4)
 
 
 def test_unknown_override_lists_the_valid_keys():

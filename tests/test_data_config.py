@@ -45,3 +45,56 @@ def test_unknown_key_lists_valid_keys():
         cfg.batchsize = 3
     with pytest.raises(ValueError, match=r"unknown \['batchsize'\].*valid keys.*'batch_size'"):
         config_lib.validate_data_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("train_split", "trian[:1000]", r"names the split 'trian'.*\['train', 'validation', "
+         r"'test', 'full'\] \(did you mean 'train'\?\)"),
+        ("eval_split", "validation[:10", r"'validation\[:10' is not a TFDS split.*name\[from:to\]"),
+        ("test_split", "test[::2]", r"'test\[::2\]' is not a TFDS split"),
+        ("train_split", "train[:200%]", r"percent slice boundaries"),
+        ("train_split", "", r"data.train_split='' is not a split"),
+        ("train_split", "train+valid", r"names the split 'valid'"),
+    ],
+)  # fmt: skip
+def test_split_strings_are_checked_without_building(key, value, message):
+    cfg = config_lib.data_config()
+    cfg[key] = value
+    with pytest.raises(ValueError, match=message):
+        config_lib.validate_data_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "split", ["train", "full[:601]", "train[:2000]", "train[10%:]+validation", "all"]
+)
+def test_valid_fra_eng_splits_pass(split):
+    cfg = config_lib.data_config()
+    cfg.train_split = split
+    config_lib.validate_data_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("fra_eng2", r"TFDS has no dataset 'fra_eng2' \(did you mean 'fra_eng'\?\).*'wmt14_tr"),
+        ("ted_hrlr_translate/xx", r"has no config 'xx'; choose one of .*'ted_hrlr_translate/pt"),
+        ("", r"data.name='' is not a dataset name"),
+    ],
+)
+def test_dataset_name_is_looked_up_in_the_tfds_registry(name, message):
+    cfg = config_lib.data_config()
+    cfg.name, cfg.source_lang, cfg.target_lang = name, "pt", "en"
+    with pytest.raises(ValueError, match=message):
+        config_lib.validate_data_config(cfg)
+
+
+def test_catalogue_names_pass_and_their_split_names_are_left_to_tfds():
+    cfg = config_lib.data_config()
+    cfg.name, cfg.source_lang, cfg.target_lang = "wmt14_translate/de-en", "de", "en"
+    cfg.train_split = "newstest2013[:100]"  # a split only the built dataset knows
+    config_lib.validate_data_config(cfg)
+    cfg.train_split = "train[:100"
+    with pytest.raises(ValueError, match="not a TFDS split"):
+        config_lib.validate_data_config(cfg)

@@ -2,6 +2,7 @@ import pytest
 
 from configs import model as model_configs
 from transformer_jax.nn import ModelConfig
+from transformer_jax.nn.config import field_names
 
 
 def _cfg(**kw):
@@ -86,3 +87,17 @@ def test_book_and_paper_variants_hold_their_published_settings():
     assert (big.model_dim, big.num_heads, big.ffn_dim, big.dropout_rate) == (1024, 16, 4096, 0.3)
     with pytest.raises(ValueError, match=r"Unknown model variant 'huge'; choose one of"):
         model_configs.get_config("huge")
+
+
+def test_model_defaults_live_in_model_config_and_variants_list_only_their_changes():
+    defaults = ModelConfig.defaults_dict()
+    # Every field a run config sets, none that the code sets (vocab sizes, modes, gradients).
+    assert set(defaults) == set(field_names()) - {
+        "src_vocab_size", "tgt_vocab_size", "deterministic", "decode", "gradients",
+    }  # fmt: skip
+    built = ModelConfig(src_vocab_size=3, tgt_vocab_size=3)
+    assert all(getattr(built, key) == value for key, value in defaults.items())
+    for name, sizes in model_configs.VARIANTS.items():
+        section = model_configs.get_config(name)
+        assert section.to_dict() == {**defaults, **sizes}, name
+    assert model_configs.get_config("base").norm_eps == defaults["norm_eps"] == 1e-5
