@@ -53,19 +53,20 @@ def _fake_encoded(n=103, max_len=12, seed=0):
 
 
 def _ids(batch):
-    """Example ids of a (D, B_dev, S) batch, flattened in device-major order."""
-    return (batch["src"][..., 0] - 100).reshape(-1)
+    """Example ids of a per-process batch (B_proc, S), in row order."""
+    return batch["src"][:, 0] - 100
 
 
 def test_unbucketed_batches_follow_the_seeded_permutation():
     enc = _fake_encoded()
-    it = batching.TrainIterator(enc, global_batch=16, num_devices=2, seed=7)
+    it = batching.TrainIterator(enc, global_batch=16, row_multiple=2, seed=7)
     assert it.batches_per_epoch == 103 // 16
     first_epoch = [next(it) for _ in range(6)]
     expected = np.random.default_rng([7, 0]).permutation(103)[:96].reshape(6, 16)
     for batch, want in zip(first_epoch, expected, strict=True):
-        assert batch["src"].shape == (2, 8, 12) and batch["tgt_out"].shape == (2, 8, 12)
-        assert batch["src_len"].shape == (2, 8)
+        # Per-process rows, no device axis: DataParallel.put_batch splits them.
+        assert batch["src"].shape == (16, 12) and batch["tgt_out"].shape == (16, 12)
+        assert batch["src_len"].shape == (16,)
         np.testing.assert_array_equal(_ids(batch), want)
     # The next batch starts epoch 1, with a fresh permutation.
     np.testing.assert_array_equal(
@@ -79,9 +80,7 @@ BOUNDARIES = (4, 8, 12)
 
 def test_bucketed_batches_use_fixed_shapes_and_cover_the_epoch():
     enc = _fake_encoded(n=300)
-    it = batching.TrainIterator(
-        enc, global_batch=8, num_devices=1, seed=0, bucket_boundaries=BOUNDARIES
-    )
+    it = batching.TrainIterator(enc, global_batch=8, seed=0, bucket_boundaries=BOUNDARIES)
     seen = []
     for _ in range(it.batches_per_epoch):
         batch = next(it)
@@ -90,7 +89,7 @@ def test_bucketed_batches_use_fixed_shapes_and_cover_the_epoch():
         ids = _ids(batch)
         # No example is truncated by its bucket.
         assert (enc.src_len[ids] <= width).all() and (enc.tgt_len[ids] <= width).all()
-        np.testing.assert_array_equal(batch["src_len"].reshape(-1), enc.src_len[ids])
+        np.testing.assert_array_equal(batch["src_len"], enc.src_len[ids])
         seen.extend(ids.tolist())
     assert len(seen) == len(set(seen))  # each example at most once per epoch
     assert 300 - len(seen) < 8  # only the last partial global batch is dropped
@@ -101,9 +100,7 @@ def test_bucketing_cuts_padding():
     enc = _fake_encoded(n=400)
 
     def fraction(boundaries):
-        it = batching.TrainIterator(
-            enc, global_batch=8, num_devices=1, bucket_boundaries=boundaries
-        )
+        it = batching.TrainIterator(enc, global_batch=8, bucket_boundaries=boundaries)
         return bucketing.padding_fraction(it.epoch_batches(0))
 
     without, with_buckets = fraction(None), fraction(BOUNDARIES)
@@ -115,10 +112,10 @@ def test_bucketing_cuts_padding():
 
 def test_padding_fraction_by_hand():
     batch = {
-        "src": np.zeros((1, 2, 4)),
-        "src_len": np.array([[4, 1]]),
-        "tgt_out": np.zeros((1, 2, 3)),
-        "tgt_weight": np.array([[[1, 1, 1], [1, 0, 0]]], np.float32),
+        "src": np.zeros((2, 4)),
+        "src_len": np.array([4, 1]),
+        "tgt_out": np.zeros((2, 3)),
+        "tgt_weight": np.array([[1, 1, 1], [1, 0, 0]], np.float32),
     }
     # real tokens 5 + 4 = 9 of 8 + 6 = 14
     assert bucketing.padding_fraction([batch]) == pytest.approx(5 / 14)
@@ -127,7 +124,7 @@ def test_padding_fraction_by_hand():
 @pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
 def test_resumed_iterator_sees_exactly_the_uninterrupted_batches(boundaries):
     enc = _fake_encoded()
-    kwargs = dict(global_batch=8, num_devices=2, seed=3, bucket_boundaries=boundaries)
+    kwargs = dict(global_batch=8, row_multiple=2, seed=3, bucket_boundaries=boundaries)
     uninterrupted = batching.TrainIterator(enc, **kwargs)
     reference = [next(uninterrupted) for _ in range(40)]  # crosses epoch boundaries (12/epoch)
 
@@ -146,23 +143,24 @@ def test_resumed_iterator_sees_exactly_the_uninterrupted_batches(boundaries):
 
 def test_set_state_refuses_a_different_setup():
     enc = _fake_encoded()
-    state = batching.TrainIterator(enc, global_batch=8, num_devices=1, seed=3).get_state()
-    other = batching.TrainIterator(enc, global_batch=8, num_devices=1, seed=4)
+    state = batching.TrainIterator(enc, global_batch=8, seed=3).get_state()
+    other = batching.TrainIterator(enc, global_batch=8, seed=4)
     with pytest.raises(ValueError, match=r"seed=3 but this pipeline has seed=4"):
         other.set_state(state)
 
 
 @pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
 def test_two_processes_one_device_equal_one_process_two_devices(boundaries):
+    """Each process takes its contiguous half of the global batch: together, row for row, the
+    batch of one process with two devices."""
     enc = _fake_encoded()
     one = batching.TrainIterator(
-        enc, global_batch=8, num_devices=2, seed=1, bucket_boundaries=boundaries
+        enc, global_batch=8, row_multiple=2, seed=1, bucket_boundaries=boundaries
     )
     procs = [
         batching.TrainIterator(
             enc,
             global_batch=8,
-            num_devices=1,
             process_index=p,
             process_count=2,
             seed=1,
@@ -174,7 +172,7 @@ def test_two_processes_one_device_equal_one_process_two_devices(boundaries):
         whole = next(one)
         parts = [next(p) for p in procs]
         for key in encoding.BATCH_KEYS:
-            assert parts[0][key].shape[0] == 1
+            assert parts[0][key].shape[0] == whole[key].shape[0] // 2 == 4
             np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), whole[key])
         # Disjoint shards.
         assert not set(_ids(parts[0])) & set(_ids(parts[1]))
@@ -183,20 +181,22 @@ def test_two_processes_one_device_equal_one_process_two_devices(boundaries):
 def test_layout_errors_name_the_fix():
     enc = _fake_encoded()
     with pytest.raises(ValueError, match=r"global batch 10 .* 1 \* 4; change data.batch_size"):
-        batching.TrainIterator(enc, global_batch=10, num_devices=4)
+        batching.TrainIterator(enc, global_batch=10, row_multiple=4)
+    with pytest.raises(ValueError, match=r"global batch 10 .* 4 \* 1; change data.batch_size"):
+        batching.TrainIterator(enc, global_batch=10, process_count=4)
     with pytest.raises(ValueError, match=r"103 examples, fewer than one global batch \(128\)"):
-        batching.TrainIterator(enc, global_batch=128, num_devices=1)
+        batching.TrainIterator(enc, global_batch=128)
 
 
-@pytest.mark.parametrize(("process_count", "num_devices"), [(1, 1), (1, 2), (2, 2)])
-def test_eval_batches_count_every_example_once(process_count, num_devices):
+@pytest.mark.parametrize(("process_count", "row_multiple"), [(1, 1), (1, 2), (2, 2)])
+def test_eval_batches_count_every_example_once(process_count, row_multiple):
     enc = _fake_encoded(n=21)
     per_process = [
         list(
             batching.eval_batches(
                 enc,
                 global_batch=8,
-                num_devices=num_devices,
+                row_multiple=row_multiple,
                 process_index=p,
                 process_count=process_count,
             )
@@ -207,7 +207,8 @@ def test_eval_batches_count_every_example_once(process_count, num_devices):
     for batches in per_process:
         assert len(batches) == 3  # ceil(21 / 8), on every process
         for batch in batches:
-            assert batch["src"].shape == (num_devices, 8 // process_count // num_devices, 12)
+            assert batch["src"].shape == (8 // process_count, 12)
+            assert batch["index"].shape == (8 // process_count,)
             real = batch["index"] >= 0
             ids = batch["index"][real]
             np.testing.assert_array_equal(batch["src"][real][:, 0] - 100, ids)
@@ -226,20 +227,20 @@ def test_resolve_boundaries():
     assert bucketing.resolve_boundaries((5, 10, 40), 8, 32, 32) == (5, 10, 32)
 
 
-LAYOUTS = [(1, 1), (1, 2), (2, 2)]  # (process_count, devices per process)
+LAYOUTS = [(1, 1), (1, 2), (2, 2)]  # (process_count, row_multiple = devices per process)
 
 
 @pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
-@pytest.mark.parametrize(("process_count", "num_devices"), LAYOUTS)
+@pytest.mark.parametrize(("process_count", "row_multiple"), LAYOUTS)
 def test_kept_remainder_sees_every_example_once_with_zero_weight_dummies(
-    boundaries, process_count, num_devices
+    boundaries, process_count, row_multiple
 ):
     enc = _fake_encoded(n=103)
     procs = [
         batching.TrainIterator(
             enc,
             global_batch=16,
-            num_devices=num_devices,
+            row_multiple=row_multiple,
             process_index=p,
             process_count=process_count,
             seed=5,
@@ -251,10 +252,10 @@ def test_kept_remainder_sees_every_example_once_with_zero_weight_dummies(
     assert all(it.batches_per_epoch == 7 for it in procs)  # ceil(103 / 16), not 103 // 16 = 6
     seen, real_rows, shapes = [], [], set()
     for _ in range(7):
-        # The global batch, rows in process-then-device order.
+        # The global batch: the processes' contiguous slices, in process order.
         parts = [next(it) for it in procs]
         batch = {k: np.concatenate([q[k] for q in parts]).reshape(16, -1) for k in parts[0]}
-        shapes.add(parts[0]["src"].shape[:2])
+        shapes.add(parts[0]["src"].shape[:1])
         real = batch["tgt_weight"].sum(-1) > 0
         ids = batch["src"][real, 0] - 100
         np.testing.assert_array_equal(batch["src_len"][real].ravel(), enc.src_len[ids])
@@ -273,7 +274,7 @@ def test_kept_remainder_sees_every_example_once_with_zero_weight_dummies(
     if boundaries is None:
         assert real_rows[-1] == 7  # without buckets it is the last one, as in a DataLoader
         assert seen[:96] == np.random.default_rng([5, 0]).permutation(103)[:96].tolist()
-    assert shapes == {(num_devices, 16 // process_count // num_devices)}
+    assert shapes == {(16 // process_count,)}
     assert all(it.epoch == 0 for it in procs)
     next(procs[0])
     assert procs[0].epoch == 1
@@ -281,20 +282,20 @@ def test_kept_remainder_sees_every_example_once_with_zero_weight_dummies(
 
 def test_kept_remainder_of_a_split_smaller_than_one_batch():
     enc = _fake_encoded(n=5)
-    it = batching.TrainIterator(enc, global_batch=8, num_devices=2, drop_remainder=False)
+    it = batching.TrainIterator(enc, global_batch=8, row_multiple=2, drop_remainder=False)
     assert it.batches_per_epoch == 1
     batch = next(it)
-    assert batch["src"].shape == (2, 4, 12)
-    assert sorted(_ids(batch)[batch["tgt_weight"].sum(-1).reshape(-1) > 0]) == list(range(5))
+    assert batch["src"].shape == (8, 12)
+    assert sorted(_ids(batch)[batch["tgt_weight"].sum(-1) > 0]) == list(range(5))
     with pytest.raises(ValueError, match=r"drop_remainder=False"):
-        batching.TrainIterator(enc, global_batch=8, num_devices=2)
+        batching.TrainIterator(enc, global_batch=8, row_multiple=2)
 
 
 @pytest.mark.parametrize("boundaries", [None, BOUNDARIES])
 def test_resume_with_a_kept_remainder(boundaries):
     enc = _fake_encoded()
     kwargs = dict(
-        global_batch=8, num_devices=2, seed=3, bucket_boundaries=boundaries, drop_remainder=False
+        global_batch=8, row_multiple=2, seed=3, bucket_boundaries=boundaries, drop_remainder=False
     )
     reference = batching.TrainIterator(enc, **kwargs)
     want = [next(reference) for _ in range(40)]  # 13 batches an epoch: crosses two boundaries
@@ -314,8 +315,8 @@ def test_resume_with_a_kept_remainder(boundaries):
 
 def test_set_state_checks_drop_remainder_and_reads_older_states():
     enc = _fake_encoded()
-    dropping = batching.TrainIterator(enc, global_batch=8, num_devices=1)
-    keeping = batching.TrainIterator(enc, global_batch=8, num_devices=1, drop_remainder=False)
+    dropping = batching.TrainIterator(enc, global_batch=8)
+    keeping = batching.TrainIterator(enc, global_batch=8, drop_remainder=False)
     with pytest.raises(ValueError, match=r"drop_remainder=True but this pipeline has .*False"):
         keeping.set_state(dropping.get_state())
     old = {k: v for k, v in dropping.get_state().items() if k != "drop_remainder"}
@@ -327,19 +328,19 @@ def test_set_state_checks_drop_remainder_and_reads_older_states():
 
 
 def test_token_batches_fill_a_token_budget_per_bucket_and_cover_the_epoch():
-    """batch_tokens: rows = budget // width (a multiple of the shards), every example at most
-    once an epoch, only the last bucket's leftovers (< its rows) dropped."""
+    """batch_tokens: rows = budget // width (a multiple of processes · row_multiple), every
+    example at most once an epoch, only the last bucket's leftovers (< its rows) dropped."""
     enc = _fake_encoded(n=400)
     it = batching.TrainIterator(
-        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+        enc, global_batch=8, row_multiple=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
     )
     assert [it.bucket_rows(b) for b in range(3)] == [12, 6, 4]  # 48 // 4, 48 // 8, 48 // 12
     seen = []
     for _ in range(it.batches_per_epoch):
         batch = next(it)
         width = batch["src"].shape[-1]
-        rows = batch["src"].shape[0] * batch["src"].shape[1]
-        assert batch["src"].shape[0] == 2 and rows == 48 // width
+        rows = batch["src"].shape[0]
+        assert rows % 2 == 0 and rows == 48 // width
         ids = _ids(batch)
         assert (enc.src_len[ids] <= width).all() and (enc.tgt_len[ids] <= width).all()
         seen.extend(ids.tolist())
@@ -348,17 +349,17 @@ def test_token_batches_fill_a_token_budget_per_bucket_and_cover_the_epoch():
     assert it.epoch == 0
     # Resuming mid-epoch continues with the same batches; a different budget is refused.
     state_it = batching.TrainIterator(
-        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+        enc, global_batch=8, row_multiple=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
     )
     for _ in range(5):
         next(state_it)
     resumed = batching.TrainIterator(
-        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
+        enc, global_batch=8, row_multiple=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=48
     )
     resumed.set_state(state_it.get_state())
     np.testing.assert_array_equal(next(resumed)["src"], next(state_it)["src"])
     other = batching.TrainIterator(
-        enc, global_batch=8, num_devices=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=96
+        enc, global_batch=8, row_multiple=2, seed=3, bucket_boundaries=BOUNDARIES, batch_tokens=96
     )
     with pytest.raises(ValueError, match="batch_tokens"):
         other.set_state(state_it.get_state())
@@ -367,11 +368,8 @@ def test_token_batches_fill_a_token_budget_per_bucket_and_cover_the_epoch():
 def test_token_batches_split_over_processes_like_over_devices():
     enc = _fake_encoded(n=200)
     kw = dict(global_batch=8, seed=5, bucket_boundaries=BOUNDARIES, batch_tokens=48)
-    one = batching.TrainIterator(enc, num_devices=2, **kw)
-    procs = [
-        batching.TrainIterator(enc, num_devices=1, process_index=p, process_count=2, **kw)
-        for p in range(2)
-    ]
+    one = batching.TrainIterator(enc, row_multiple=2, **kw)
+    procs = [batching.TrainIterator(enc, process_index=p, process_count=2, **kw) for p in range(2)]
     for _ in range(one.batches_per_epoch):
         whole, parts = next(one), [next(p) for p in procs]
         for key in encoding.BATCH_KEYS:
@@ -380,4 +378,14 @@ def test_token_batches_split_over_processes_like_over_devices():
 
 def test_token_batches_need_buckets():
     with pytest.raises(ValueError, match="needs length buckets"):
-        batching.TrainIterator(_fake_encoded(), global_batch=8, num_devices=1, batch_tokens=64)
+        batching.TrainIterator(_fake_encoded(), global_batch=8, batch_tokens=64)
+
+
+def test_token_batches_keep_rows_a_multiple_of_row_multiple():
+    """So DataParallel.put_batch can split every batch evenly over 4 local devices."""
+    enc = _fake_encoded(n=200)
+    it = batching.TrainIterator(
+        enc, global_batch=8, row_multiple=4, bucket_boundaries=BOUNDARIES, batch_tokens=48
+    )
+    assert [it.bucket_rows(b) for b in range(3)] == [12, 4, 4]  # 48 // 8 = 6 rounds down to 4
+    assert all(batch["src"].shape[0] % 4 == 0 for batch in it.epoch_batches(0))

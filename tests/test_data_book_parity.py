@@ -28,7 +28,7 @@ pytest_plugins = ["tests.conftest_data"]
 def test_d2l_variant_trains_on_the_books_601_pairs_for_2000_steps(real_cfg):
     c = fra_eng.get_config("d2l")
     c.data.update(zip_path=real_cfg.zip_path, url="", data_dir=real_cfg.data_dir)
-    pipe = pipeline.create_input_pipeline(c.data, num_devices=1)
+    pipe = pipeline.create_input_pipeline(c.data)
     it = pipe.train_iter
     assert pipe.split_sizes["selected_train"] == 601
     assert it.batches_per_epoch == 10  # ceil(601 / 64), as the book's DataLoader
@@ -36,9 +36,9 @@ def test_d2l_variant_trains_on_the_books_601_pairs_for_2000_steps(real_cfg):
     # Epoch 1's batches, as a run sees them after epoch 0: each of the 601 pairs once.
     real_rows, rows = [], []
     for batch in it.epoch_batches(1):
-        real = batch["tgt_weight"][0].sum(-1) > 0
+        real = batch["tgt_weight"].sum(-1) > 0
         real_rows.append(int(real.sum()))
-        rows.extend(np.concatenate([batch["src"][0], batch["tgt_out"][0]], 1)[real].tolist())
+        rows.extend(np.concatenate([batch["src"], batch["tgt_out"]], 1)[real].tolist())
     assert real_rows == [64] * 9 + [25]
     enc = it._encoded  # the packed training pairs, in file order
     assert sorted(rows) == sorted(np.concatenate([enc.src, enc.tgt], 1).tolist())
@@ -94,18 +94,15 @@ def _run(parallel, step, state, batch):
 @pytest.mark.parametrize("grad_accum_steps", [1, 2])  # 2: one micro-batch is all dummies
 def test_dummy_rows_change_neither_loss_nor_gradients(grad_accum_steps):
     enc = _encoded()
-    it = batching.TrainIterator(
-        enc, global_batch=GLOBAL_BATCH, num_devices=1, seed=SEED, drop_remainder=False
-    )
+    it = batching.TrainIterator(enc, global_batch=GLOBAL_BATCH, seed=SEED, drop_remainder=False)
     next(it)
     padded = next(it)  # the epoch's last batch: 3 real rows, 5 dummies
-    real = padded["tgt_weight"][0].sum(-1) > 0
+    real = padded["tgt_weight"].sum(-1) > 0
     assert real.tolist() == [True] * 3 + [False] * 5
     order = np.random.default_rng([SEED, 0]).permutation(N)
     only_real = encoding.make_batch(enc, order[GLOBAL_BATCH:], 6, 5)
-    only_real = {k: v[None] for k, v in only_real.items()}  # (D=1, 3, ...)
     for key in encoding.BATCH_KEYS:
-        np.testing.assert_array_equal(padded[key][0][real], only_real[key][0])
+        np.testing.assert_array_equal(padded[key][real], only_real[key])
 
     want, want_grads = _run(*_sgd_step(1), only_real)
     got, got_grads = _run(*_sgd_step(grad_accum_steps), padded)
@@ -119,6 +116,6 @@ def test_dummy_rows_change_neither_loss_nor_gradients(grad_accum_steps):
 
     # The check can fail: dummies that counted (weight 1 on their <pad> targets) would move it.
     counted = {k: v.copy() for k, v in padded.items()}
-    counted["tgt_weight"][0][~real] = 1.0
+    counted["tgt_weight"][~real] = 1.0
     wrong, _ = _run(*_sgd_step(grad_accum_steps), counted)
     assert abs(wrong["loss"] / wrong["weight"] - want["loss"] / want["weight"]) > 1e-3

@@ -13,20 +13,20 @@ pytest_plugins = ["tests.conftest_data"]
 
 def test_pipeline_on_small_corpus(tmp_path, small_zip, make_cfg):
     cfg = make_cfg(small_zip, bucketing=True, bucket_step=4)
-    pipe = pipeline.create_input_pipeline(cfg, num_devices=2)
+    pipe = pipeline.create_input_pipeline(cfg, row_multiple=2)
     sizes = pipe.split_sizes
     assert sizes["full"] == 180
     assert sizes["train"] + sizes["validation"] + sizes["test"] == 180
     assert sizes["selected_train"] == sizes["train"]
     batch = next(pipe.train_iter)
     assert set(batch) == {"src", "src_len", "tgt_in", "tgt_out", "tgt_weight"}
-    assert batch["src"].shape[:2] == (2, 4) and batch["src"].shape[2] in (4, 8, 10)
+    # One process: all 8 rows of the global batch, no device axis (DataParallel splits it).
+    assert batch["src"].shape[0] == 8 and batch["src"].shape[1] in (4, 8, 10)
     # Eval batches reproduce the eval pairs, in order (min_freq 1; eval words may be <unk>).
     decoded = []
     for eval_batch in pipe.eval_batches("eval"):
-        for row, index in zip(
-            eval_batch["tgt_out"].reshape(-1, 10), eval_batch["index"].reshape(-1), strict=True
-        ):
+        assert eval_batch["tgt_out"].shape == (8, 10) and eval_batch["index"].shape == (8,)
+        for row, index in zip(eval_batch["tgt_out"], eval_batch["index"], strict=True):
             if index >= 0:
                 decoded.append((index, pipe.tgt_tokenizer.decode(row)))
     assert [i for i, _ in decoded] == list(range(len(pipe.eval_pairs)))
@@ -39,11 +39,11 @@ def test_pipeline_on_small_corpus(tmp_path, small_zip, make_cfg):
 
 def test_sentencepiece_pipeline_caches_beside_the_data(tmp_path, small_zip, make_cfg):
     cfg = make_cfg(small_zip, tokenizer="sentencepiece", vocab_size=40, shared_vocab=True)
-    pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    pipe = pipeline.create_input_pipeline(cfg)
     assert pipe.src_tokenizer is pipe.tgt_tokenizer
     cached = list((tmp_path / "tfds" / "tokenizers").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith("spm-unigram-40-shared-")
-    again = pipeline.create_input_pipeline(cfg, num_devices=1)
+    again = pipeline.create_input_pipeline(cfg)
     tokenizers.check_vocabulary(again.src_tokenizer, pipe.src_tokenizer.fingerprint, 40)
     src, tgt = pipe.eval_pairs[0]
     assert pipe.src_tokenizer.decode(pipe.src_tokenizer.encode(src)) == src
@@ -71,7 +71,7 @@ def test_book_parity_mode_on_real_corpus(real_cfg):
         batch_size=64,
         bucketing=False,
     )
-    pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+    pipe = pipeline.create_input_pipeline(cfg)
     # The book, transcribed: preprocess the raw text, tokenize_nmt(text, 600), Vocab, arrays.
     with zipfile.ZipFile(cfg.zip_path) as archive:
         raw = archive.read("fra-eng/fra.txt").decode("utf-8")
@@ -100,9 +100,9 @@ def test_book_parity_mode_on_real_corpus(real_cfg):
         batch = next(it)
         for row, src_row, tgt_row, weights in zip(
             order[b * 64 : (b + 1) * 64],
-            batch["src"][0],
-            batch["tgt_out"][0],
-            batch["tgt_weight"][0],
+            batch["src"],
+            batch["tgt_out"],
+            batch["tgt_weight"],
             strict=True,
         ):
             assert [pipe.src_tokenizer.id_to_token(i) for i in src_row] == book_src[row]
@@ -123,7 +123,7 @@ def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
     cfg = make_cfg(make_zip(tmp_path / "long.zip", lines), max_src_len=24, max_tgt_len=24)
     cfg.bucketing, cfg.bucket_boundaries = True, (12,)
     with caplog.at_level("INFO"):
-        pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+        pipe = pipeline.create_input_pipeline(cfg)
     sizes = pipe.split_sizes
     # 30 words + number + "." + <eos> = 33 source tokens > 24: all 8 long pairs skipped.
     skipped = sizes["skipped_train"] + sizes["skipped_eval"] + sizes["skipped_test"]
@@ -137,8 +137,7 @@ def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
     train_medium = sum(len(source.split()) == 21 for source, _ in train_pairs)
     seen = []
     for batch in pipe.train_iter.epoch_batches(0):
-        for src, n in zip(batch["src"].reshape(-1, batch["src"].shape[-1]),
-                          batch["src_len"].reshape(-1), strict=True):  # fmt: skip
+        for src, n in zip(batch["src"], batch["src_len"], strict=True):
             assert src[n - 1] == 2  # every source ends in <eos>
             if n > 14:
                 seen.append(int(n))
@@ -146,11 +145,11 @@ def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
 
 
 def test_concat_fraction_adds_joined_pairs_to_training_only(tmp_path, small_zip, make_cfg, caplog):
-    base = pipeline.create_input_pipeline(make_cfg(small_zip), num_devices=1)
+    base = pipeline.create_input_pipeline(make_cfg(small_zip))
     cfg = make_cfg(small_zip)
     cfg.concat_fraction = 0.5
     with caplog.at_level("INFO"):
-        pipe = pipeline.create_input_pipeline(cfg, num_devices=1)
+        pipe = pipeline.create_input_pipeline(cfg)
     real = base.split_sizes["selected_train"]
     added = len(pipe.train_iter._encoded) - len(base.train_iter._encoded)
     assert 0 < added <= round(0.5 * real)

@@ -16,21 +16,20 @@ import numpy as np
 from tests.helpers import REPO, subprocess_env
 
 # Trains a tiny Transformer on synthetic batches shaped exactly like the data pipeline's,
-# {src, src_len, tgt_in, tgt_out, tgt_weight} with leading axis D = local devices, and saves
-# the final params of each run (name -> flattened params) to an npz file.
+# {src, src_len, tgt_in, tgt_out, tgt_weight} with leading axis B_proc (one process: the
+# global batch), which DataParallel.put_batch splits over the devices, and saves the final
+# params of each run (name -> flattened params) to an npz file.
 WORKER = textwrap.dedent(
     """
     import sys
     import jax, numpy as np, ml_collections
     from jax.flatten_util import ravel_pytree
     from configs import model as model_configs
-    from transformer_jax.training import (DataParallel, create_train_state, make_optimizer,
-        model_config_from, step_kwargs, train_step, training_defaults)
-    import functools
+    from transformer_jax.training import DataParallel, build, training_defaults
 
     GLOBAL_BATCH, S, T, V, STEPS = 8, 7, 6, 23, 3
 
-    def synthetic_batch(step, num_devices):
+    def synthetic_batch(step):
         rng = np.random.default_rng(step)
         src = rng.integers(4, V, (GLOBAL_BATCH, S)).astype(np.int32)
         src_len = rng.integers(2, S + 1, (GLOBAL_BATCH,)).astype(np.int32)
@@ -39,9 +38,8 @@ WORKER = textwrap.dedent(
         tgt_out = rng.integers(4, V, (GLOBAL_BATCH, T)).astype(np.int32)
         tgt_out[np.arange(T)[None] >= tgt_len[:, None]] = 0
         tgt_in = np.concatenate([np.ones((GLOBAL_BATCH, 1), np.int32), tgt_out[:, :-1]], 1)
-        batch = dict(src=src, src_len=src_len, tgt_in=tgt_in, tgt_out=tgt_out,
-                     tgt_weight=(tgt_out > 0).astype(np.float32))
-        return {k: v.reshape((num_devices, -1) + v.shape[1:]) for k, v in batch.items()}
+        return dict(src=src, src_len=src_len, tgt_in=tgt_in, tgt_out=tgt_out,
+                    tgt_weight=(tgt_out > 0).astype(np.float32))  # (B_proc, ...)
 
     def run(parallelism, grad_accum_steps=1, dropout=0.0):
         config = training_defaults()
@@ -52,22 +50,28 @@ WORKER = textwrap.dedent(
         config.model.use_bias = False
         config.parallelism, config.grad_accum_steps = parallelism, grad_accum_steps
         config.warmup_steps, config.clip_norm, config.label_smoothing = 2, 1.0, 0.1
-        model_config = model_config_from(config, V, V)
-        tx, schedule = make_optimizer(config, model_config.model_dim)
-        parallel = DataParallel.create(parallelism)
-        step = parallel.map_train_step(functools.partial(  # the train loop's binding
-            train_step, **step_kwargs(config, model_config, tx, schedule)))
-        state = parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+        built = build(config, src_vocab_size=V, tgt_vocab_size=V)  # as the train loop
+        parallel = built.parallel
+        state = parallel.put_replicated(built.init_state())
         losses = []
         for i in range(STEPS):
-            batch = synthetic_batch(i, jax.local_device_count())
-            state, metrics = step(state, parallel.put_batch(batch))
+            state, metrics = built.train_step(state, parallel.put_batch(synthetic_batch(i)))
             losses.append(float(parallel.get_replicated(metrics)["loss"]))
         host = parallel.get_replicated(state)
         assert int(host.step) == STEPS
         return ravel_pytree(host.params)[0], np.array(losses)
 
     out = {}
+    if jax.local_device_count() > 1:  # 6 rows over 4 devices: refused, naming the fix
+        for parallelism in ("pmap", "shard_map"):
+            rows6 = {k: v[:6] for k, v in synthetic_batch(0).items()}
+            try:
+                DataParallel.create(parallelism).put_batch(rows6)
+                message = "no error"
+            except ValueError as error:
+                message = str(error)
+            assert "multiple of the 4 local devices" in message, message
+            assert "data.batch_size" in message, message
     for spec in sys.argv[2:]:
         name, parallelism, accum, dropout = spec.split(":")
         out[name], out[name + "/loss"] = run(parallelism, int(accum), float(dropout))

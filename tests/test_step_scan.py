@@ -1,7 +1,6 @@
 """Several optimizer steps per call (lax.scan) equal single steps; the compiled step copies and
 reduces only what it must."""
 
-import functools
 import re
 
 import jax
@@ -10,16 +9,7 @@ import pytest
 
 from configs import model as model_configs
 from transformer_jax.runtime import threefry
-from transformer_jax.training import (
-    DataParallel,
-    create_train_state,
-    make_optimizer,
-    model_config_from,
-    step_kwargs,
-    train_step,
-    train_steps,
-    training_defaults,
-)
+from transformer_jax.training import Built, DataParallel, build, training_defaults
 
 V, S, T, B = 19, 6, 5, 4
 
@@ -32,51 +22,44 @@ def _batch(i: int) -> dict[str, np.ndarray]:
     tgt_out = rng.integers(4, V, (B, T)).astype(np.int32)
     tgt_out[:, -1] = 0
     tgt_in = np.concatenate([np.ones((B, 1), np.int32), tgt_out[:, :-1]], axis=1)
-    batch = dict(
+    return dict(  # (B, ...): one process's rows, as the input pipeline yields them
         src=src,
         src_len=src_len,
         tgt_in=tgt_in,
         tgt_out=tgt_out,
         tgt_weight=(tgt_out != 0).astype(np.float32),
     )
-    return {k: v[None] for k, v in batch.items()}  # (D=1, B, ...)
 
 
-def _tiny_setup(**overrides):
-    """(model config, optimizer, train_step keyword arguments) for the tiny model."""
+def _tiny(kind: str = "pmap", seed: int = 0, **overrides) -> Built:
+    """The train loop's builder on the tiny model (the run config's `gradients` rule,
+    "tuned", included)."""
     config = training_defaults()
     config.model = model_configs.get_config("tiny")
-    config.update(overrides)
-    model_config = model_config_from(config, V, V)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
-    # The train loop's own binding: the run config's `gradients` rule ("tuned") included.
-    return model_config, tx, step_kwargs(config, model_config, tx, schedule)
+    config.update(overrides, seed=seed)
+    return build(config, src_vocab_size=V, tgt_vocab_size=V, parallel=DataParallel.create(kind))
 
 
 def _tiny_step(kind: str):
     """(DataParallel, mapped train step, device state) for the tiny model."""
-    model_config, tx, kwargs = _tiny_setup()
-    parallel = DataParallel.create(kind)
-    step = parallel.map_train_step(functools.partial(train_step, **kwargs))
-    return parallel, step, parallel.put_replicated(create_train_state(model_config, tx, seed=0))
+    built = _tiny(kind)
+    return built.parallel, built.train_step, built.parallel.put_replicated(built.init_state())
 
 
 @pytest.mark.parametrize("kind", ["pmap", "shard_map"])
 def test_scanned_steps_equal_single_steps(kind):
-    model_config, tx, kwargs = _tiny_setup(schedule="constant", learning_rate=0.01, clip_norm=1.0)
-    parallel = DataParallel.create(kind)
-    one = parallel.map_train_step(functools.partial(train_step, **kwargs))
-    many = parallel.map_train_steps(functools.partial(train_steps, **kwargs))
+    built = _tiny(kind, seed=3, schedule="constant", learning_rate=0.01, clip_norm=1.0)
+    parallel, one, many = built.parallel, built.train_step, built.train_steps
     batches = [_batch(i) for i in range(4)]
 
-    state = parallel.put_replicated(create_train_state(model_config, tx, seed=3))
+    state = parallel.put_replicated(built.init_state())
     losses = []
     for b in batches:
         state, m = one(state, parallel.put_batch(b))
         losses.append(float(parallel.get_replicated(m)["loss"]))
     expected = parallel.get_replicated(state)
 
-    state = parallel.put_replicated(create_train_state(model_config, tx, seed=3))
+    state = parallel.put_replicated(built.init_state())
     state, m3 = many(state, parallel.put_batches(batches[:3]))  # steps 1-3 in one call
     state, _ = one(state, parallel.put_batch(batches[3]))  # step 4 alone
     got = parallel.get_replicated(state)
