@@ -3,21 +3,33 @@
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.results import gather, markdown_table, point_row
 from transformer_jax.sweeps.runner import (
+    PointFailed,
+    SweepError,
     SweepPoint,
+    check_saved_configs,
+    default_sweep_dir,
     load_config_module,
     point_name,
+    resolve_config,
     run_sweep,
     sweep_points,
+    validate_points,
 )
 
 __all__ = [
+    "PointFailed",
+    "SweepError",
     "SweepPoint",
+    "check_saved_configs",
+    "default_sweep_dir",
     "gather",
     "hyper",
     "load_config_module",
     "markdown_table",
     "point_name",
     "point_row",
+    "resolve_config",
     "run_sweep",
     "sweep_points",
+    "validate_points",
 ]

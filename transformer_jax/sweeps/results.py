@@ -1,4 +1,7 @@
-"""Gather a sweep's results into a CSV, a markdown table and a plot (one row per point)."""
+"""Gather a sweep's results into a CSV, a markdown table and a plot (one row per point).
+
+A failed point's row says so in its status: "FAILED: <the error in one line>".
+"""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def point_row(point: SweepPoint) -> dict[str, Any]:
     records = read_metrics(point.workdir)
     evals = [r for r in records if r.get("split") == "eval"]
     trains = [r for r in records if r.get("split") == "train"]
-    row["status"] = "done" if point.done else ("partial" if records else "not started")
+    row["status"] = _status(point, bool(records))
     last = evals[-1] if evals else {}
     row["step"] = last.get("step")
     row["eval_loss"] = last.get("nll")
@@ -45,6 +48,16 @@ def point_row(point: SweepPoint) -> dict[str, Any]:
     else:
         row["wall_time_s"] = None
     return row
+
+
+def _status(point: SweepPoint, started: bool) -> str:
+    """ "done", "FAILED: <the error in one line>", "partial" or "not started"."""
+    if point.done:
+        return "done"
+    failure = point.failure
+    if failure is not None:
+        return f"FAILED: {failure}"
+    return "partial" if started else "not started"
 
 
 def gather(points: list[SweepPoint], sweep_dir: str | Path) -> list[dict[str, Any]]:
@@ -96,4 +109,4 @@ def _cell(value: Any) -> str:
         return "–"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return str(value).replace("|", "\\|")  # a "|" in an error line would split the cell
