@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
 import numpy as np
@@ -27,6 +27,9 @@ from transformer_jax.decoding.batch_decode import decode_ids
 from transformer_jax.inference.settings import decode_settings
 from transformer_jax.inference.sources import EncodedSources, encode_sources
 from transformer_jax.nn import ModelConfig
+
+if TYPE_CHECKING:  # evaluation imports this module: no import cycle at run time
+    from transformer_jax.evaluation.attention_maps import AttentionMaps
 
 
 @dataclasses.dataclass
@@ -104,19 +107,11 @@ class Translator:
         `averaging.write_averaged_checkpoint` reports the steps its checkpoint averages).
         Raises `NoCheckpointError` (saying how to train one) if there is nothing to restore.
         """
-        from transformer_jax.data import load_tokenizers
         from transformer_jax.inference.restore import abstract_params, restore_params
         from transformer_jax.training import checkpoints as ckpt
         from transformer_jax.training.averaging import AVERAGED_STEPS
-        from transformer_jax.training.state import model_config_from
 
-        workdir = Path(workdir)
-        config = ckpt.load_config(workdir)
-        checkpoint_dir = workdir.absolute() / ckpt.CHECKPOINT_DIR
-        if not checkpoint_dir.is_dir():
-            raise ckpt.NoCheckpointError(ckpt._no_checkpoint_message(checkpoint_dir, workdir))
-        src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / ckpt.TOKENIZER_DIR)
-        model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+        config, src_tokenizer, tgt_tokenizer, model_config = ckpt.load_run(workdir)
         manager = ckpt.make_manager(workdir, keep=1, read_only=True)
         try:
             params, meta, steps = restore_params(
@@ -214,7 +209,9 @@ class Translator:
             generated += len(target_ids[i]) + (EOS_ID in ids)
         return Translations(texts, tokens, target_ids, encoded, generated)
 
-    def attention_maps(self, sentence: str, target_ids: Sequence[int] | None = None, **settings):
+    def attention_maps(
+        self, sentence: str, target_ids: Sequence[int] | None = None, **settings: Any
+    ) -> AttentionMaps:
         """Attention weights of `sentence` and its translation, for heatmaps (d2l §11.7.6).
 
         target_ids: the translation's ids (without `<bos>`/`<eos>`); by default this

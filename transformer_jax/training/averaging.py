@@ -186,16 +186,10 @@ def restore_averaged(
 
 def _open(workdir: Path) -> tuple[ocp.CheckpointManager, Any]:
     """A read-only manager over a run's checkpoints and the abstract TrainState to restore."""
-    from transformer_jax.data import load_tokenizers
     from transformer_jax.training.optimizer import make_optimizer
-    from transformer_jax.training.state import abstract_train_state, model_config_from
+    from transformer_jax.training.state import abstract_train_state
 
-    config = ckpt.load_config(workdir)
-    checkpoint_dir = workdir.absolute() / ckpt.CHECKPOINT_DIR
-    if not checkpoint_dir.is_dir():
-        raise ckpt.NoCheckpointError(ckpt._no_checkpoint_message(checkpoint_dir, workdir))
-    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / ckpt.TOKENIZER_DIR)
-    model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    config, _, _, model_config = ckpt.load_run(workdir)
     # Shapes only: any run length will do for a decaying schedule.
     tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
     manager = ckpt.make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)

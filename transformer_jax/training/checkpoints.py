@@ -232,6 +232,22 @@ def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> Path:
     return target
 
 
+def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, Any]:
+    """(config, source tokenizer, target tokenizer, training-mode ModelConfig) of a workdir
+    that has checkpoints; `NoCheckpointError` (saying how to train one) otherwise."""
+    from transformer_jax.data import load_tokenizers
+    from transformer_jax.training.state import model_config_from
+
+    workdir = Path(workdir)
+    config = load_config(workdir)
+    checkpoint_dir = workdir.absolute() / CHECKPOINT_DIR
+    if not checkpoint_dir.is_dir():
+        raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
+    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / TOKENIZER_DIR)
+    model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
+    return config, src_tokenizer, tgt_tokenizer, model_config
+
+
 def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
     return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + TRAIN_COMMAND.format(
         workdir=workdir
