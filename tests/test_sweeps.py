@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import FLAGS as TINY_RUN
 from tests.helpers import REPO, subprocess_env
 from transformer_jax import sweeps
 from transformer_jax.sweeps import hyper, runner
@@ -297,7 +298,9 @@ LAUNCHER_CONFIG = textwrap.dedent(
     def get_hyper(h, name):
         if name == "placement":
             return h.sweep("model.norm_placement", ["post", "pre"])
-        raise h.unknown(name, ["placement"])
+        if name == "one":
+            return h.sweep("model.norm_placement", ["pre"])
+        raise h.unknown(name, ["placement", "one"])
     """
 )
 
@@ -331,14 +334,41 @@ def test_cli_dry_run_validates_and_prints_commands_in_the_default_folder(tmp_pat
     assert "norm_placement=pre: learning_rate=-1" in bad.stderr
 
 
-def test_cli_failed_points_are_marked_and_the_sweep_exits_non_zero(tmp_path):
-    # An unknown launcher flag fails each training process at once, after the sweep's checks.
-    done = _sweep_cli(
-        tmp_path, "--sweep=placement", f"--sweep_dir={tmp_path / 's'}", "--extra=--nope"
-    )
+def test_cli_failed_point_is_marked_and_the_sweep_exits_non_zero(tmp_path):
+    # An unknown launcher flag fails the training process at once, after the sweep's checks.
+    done = _sweep_cli(tmp_path, "--sweep=one", f"--sweep_dir={tmp_path / 's'}", "--extra=--nope")
     assert done.returncode == 1, done.stderr[-3000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| norm_placement=")]
-    assert len(rows) == 2 and all(
-        "| FAILED: exit 2: FATAL: Unknown command line flag 'nope'" in r for r in rows
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| norm_placement=")]
+    assert row.startswith(
+        "| norm_placement=pre | pre | FAILED: exit 2: FATAL: Unknown command line"
     )
-    assert "FAILED: 2 of 2 sweep points" in done.stderr
+    assert "FAILED: 1 of 1 sweep points: norm_placement=pre" in done.stderr
+
+
+def test_one_real_point_trains_then_its_saved_config_matches_and_it_is_reused(tmp_path):
+    # The one real training run here: the config the sweep resolves must equal the
+    # config.json that experiments.train saves, or finished points would never be reused.
+    config = tmp_path / "one_point.py"
+    config.write_text(LAUNCHER_CONFIG)
+    short = {
+        "num_train_steps": 4,
+        "checkpoint_every_steps": 4,
+        "eval_every_steps": 4,
+        "log_every_steps": 2,
+        "eval.num_bleu_examples": 0,
+        "eval.num_test_examples": -1,
+    }
+    extra = [f for f in TINY_RUN[1:] if f.split("=")[0][len("--config.") :] not in short]
+    extra += [f"--config.{key}={value}" for key, value in short.items()]
+    points = sweeps.sweep_points(f"{config}:runlocal", "one", tmp_path / "s", extra)
+    logged = []
+    assert sweeps.run_sweep(points, log=logged.append, timeout=300) == points
+    (point,) = points
+    assert point.done, (point.workdir / runner.LOG_FILE).read_text()[-3000:]
+    assert (
+        json.loads((point.workdir / "config.json").read_text())["model"]["norm_placement"] == "pre"
+    )
+    assert sweeps.run_sweep(points, log=logged.append) == []
+    assert logged[-1] == "[1/1] norm_placement=pre: finished with this config, skipped"
+    (row,) = sweeps.gather(points, tmp_path / "s")
+    assert row["status"] == "done" and row["step"] == 4 and row["eval_loss"] > 0
