@@ -1,0 +1,55 @@
+"""Export a trained model for serving without this package's training code.
+
+    python -m experiments.export --workdir=runs/fra_eng --format=ctranslate2 \\
+        --output_dir=runs/fra_eng_ct2 [--quantization=int8]
+    python -m experiments.export --workdir=runs/fra_eng --format=stablehlo \\
+        --output_dir=runs/fra_eng_hlo
+
+The logic lives in `transformer_jax.export`; this file only parses flags.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+FORMATS = ("ctranslate2", "stablehlo")
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training run to export.", required=True)
+_FORMAT = flags.DEFINE_enum("format", "ctranslate2", FORMATS, "Export format.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory to write.", required=True)
+_QUANTIZATION = flags.DEFINE_string(
+    "quantization", None, "ctranslate2 only: weight quantisation, e.g. int8 (default float32)."
+)
+_MAX_POSITIONS = flags.DEFINE_integer(
+    "max_positions", 1024, "ctranslate2 only: rows of the sinusoidal position table."
+)
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+_FORCE = flags.DEFINE_bool("force", False, "Overwrite an existing output_dir.")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if _FORMAT.value == "ctranslate2":
+        from transformer_jax.export.ctranslate2 import export_ctranslate2
+
+        out = export_ctranslate2(
+            _WORKDIR.value,
+            _OUTPUT_DIR.value,
+            quantization=_QUANTIZATION.value,
+            max_positions=_MAX_POSITIONS.value,
+            step=_STEP.value,
+            force=_FORCE.value,
+        )
+    else:
+        if _QUANTIZATION.value:
+            raise app.UsageError("--quantization applies to --format=ctranslate2 only.")
+        from transformer_jax.export.stablehlo import export_stablehlo
+
+        out = export_stablehlo(
+            _WORKDIR.value, _OUTPUT_DIR.value, step=_STEP.value, force=_FORCE.value
+        )
+    print(f"Exported {_WORKDIR.value} as {_FORMAT.value} to {out}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,120 @@
+"""Translate text with an exported CTranslate2 model directory: no JAX compilation.
+
+    translate_lines("model_ct2", ["go .", "i lost ."], beam_size=4)  # -> ["va !", ...]
+
+One output per input, in order; an empty input gives "". Inputs get the run's
+preprocessing (recorded in `export.json`: the book's lowercasing and punctuation spacing
+for fra_eng), as the JAX engine does. Sources are the tokenizer's ids + `<eos>` (the model's
+`add_source_eos`), outputs are decoded by the same tokenizer. The output budget is
+fairseq's `max_len_a · S + max_len_b` tokens with S the source length (`<eos>` included),
+per sentence: sentences with equal budgets are translated in one call.
+
+Search: beam size 1 is greedy search; with `length_penalty=0` (the default) beam search
+returns the most probable hypothesis, exactly as our `beam_search` with α = 0 (tested in
+tests/test_export_ctranslate2.py). CTranslate2's length penalty divides by len^α, not
+GNMT's ((5 + len) / 6)^α, so α > 0 ranks hypotheses differently from the JAX engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformer_jax.export.ctranslate2 import MANIFEST
+
+DEFAULT_MAX_LEN_A = 2.0
+DEFAULT_MAX_LEN_B = 10
+
+
+def read_manifest(model_dir: str | Path) -> dict[str, Any]:
+    """`export.json` of an exported directory, with a clear error when it is missing."""
+    path = Path(model_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{model_dir} has no {MANIFEST}: it is not a directory written by "
+            "`python -m experiments.export --format=ctranslate2`."
+        )
+    return json.loads(path.read_text())
+
+
+def _prepare(sentences: Sequence[str], book_style: bool) -> list[str]:
+    """The JAX engine's input handling: control characters to spaces, strip, preprocess."""
+    from transformer_jax.data.preprocessing import preprocess_nmt
+    from transformer_jax.evaluation.text_lines import clean_text
+
+    cleaned = [clean_text(s).strip() for s in sentences]
+    return [preprocess_nmt(s) if book_style and s else s for s in cleaned]
+
+
+def translate_lines(
+    model_dir: str | Path,
+    sentences: Sequence[str],
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 0.0,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
+    batch_size: int = 64,
+    compute_type: str = "default",
+    intra_threads: int = 0,
+    translator: Any = None,
+) -> list[str]:
+    """Translations of `sentences` (one each, "" for an empty one) by a CTranslate2 export.
+
+    max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
+    compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
+    translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
+    """
+    import ctranslate2
+
+    from transformer_jax.data.tokenizers import load_tokenizer
+    from transformer_jax.data.vocab import EOS_ID
+
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
+    model_dir = Path(model_dir)
+    manifest = read_manifest(model_dir)
+    decoding = manifest.get("decoding", {})
+    a = decoding.get("max_len_a", DEFAULT_MAX_LEN_A) if max_len_a is None else max_len_a
+    b = decoding.get("max_len_b", DEFAULT_MAX_LEN_B) if max_len_b is None else max_len_b
+    limit = int(manifest["max_positions"])
+    src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
+    tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
+    translator = translator or ctranslate2.Translator(
+        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=intra_threads
+    )
+
+    prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
+    by_budget: dict[int, list[int]] = defaultdict(list)
+    sources: dict[int, list[str]] = {}
+    for i, text in enumerate(prepared):
+        if not text:
+            continue
+        ids = src_tok.encode(text)
+        if len(ids) + 1 > limit:
+            raise ValueError(
+                f"Sentence #{i} has {len(ids) + 1} tokens with <eos>, more than the exported "
+                f"position table ({limit} rows): export again with a larger --max_positions."
+            )
+        sources[i] = [src_tok.id_to_token(t) for t in ids]  # <eos> is added by the model
+        budget = min(limit, max(1, int(a * (len(ids) + 1) + b)))
+        by_budget[budget].append(i)
+
+    out = [""] * len(prepared)
+    for budget, rows in sorted(by_budget.items()):
+        results = translator.translate_batch(
+            [sources[i] for i in rows],
+            max_batch_size=batch_size,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_decoding_length=budget,
+            min_decoding_length=0,  # like our search, <eos> may come first
+            max_input_length=0,  # never cut a source
+        )
+        for i, result in zip(rows, results, strict=True):
+            ids = [tgt_tok.token_to_id(t) for t in result.hypotheses[0]]
+            out[i] = tgt_tok.decode([*ids, EOS_ID])
+    return out

@@ -1,0 +1,148 @@
+"""Serialise encode, greedy search and beam search as StableHLO programs (`jax.export`).
+
+    export_stablehlo(workdir, "model_hlo", beam_size=4, max_decode_len=64)
+
+writes, with the parameters baked into each program as constants:
+
+    encode.bin   (src (B, S) int32, src_len (B,) int32) -> memory (B, S, D) float32
+    greedy.bin   (src, src_len) -> tokens (B, L) int32
+    beam.bin     (src, src_len, alpha () float32) -> tokens (B, W, L) int32, scores (B, W)
+    tokenizer/source, tokenizer/target    the tokenizers (vocab.txt or spm.model)
+    export.json  the manifest: files, shapes, special ids, L, W, preprocessing
+
+B and S are symbolic (`jax.export.symbolic_shape("b, s")`): one program serves every batch
+size and source length (XLA compiles per concrete shape on load). L (tokens generated,
+`<eos>` included) and W are fixed at export. Sources are token ids + `<eos>`, padded with
+`<pad>` = 0; outputs keep `<eos>`, then `<pad>`. A process that reads the directory needs
+jax and numpy (and sentencepiece for a SentencePiece vocabulary), not this package:
+
+    exp = jax.export.deserialize(bytearray(open("model_hlo/greedy.bin", "rb").read()))
+    tokens = exp.call(src, src_len)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_jax.export.ctranslate2 import (
+    MANIFEST,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    TOKENIZER_DIR,
+    run_manifest,
+)
+from transformer_jax.export.source import load_trained
+from transformer_jax.inference import Translator
+
+DEFAULT_MAX_DECODE_LEN = 64
+DEFAULT_BEAM_SIZE = 4
+
+
+def exported_programs(model: Translator, *, beam_size: int, max_decode_len: int) -> dict:
+    """{"encode" | "greedy" | "beam": jax.export.Exported} over symbolic (b, s) sources."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from transformer_jax.decoding import beam_decode, encode, greedy_decode
+
+    cfg, params = model.model_config, model.params
+    b, s = export.symbolic_shape("b, s")
+    src = jax.ShapeDtypeStruct((b, s), jnp.int32)
+    src_len = jax.ShapeDtypeStruct((b,), jnp.int32)
+    alpha = jax.ShapeDtypeStruct((), jnp.float32)
+
+    def encode_fn(src, src_len):
+        return encode(cfg, params, src, src_len)  # (B, S, D)
+
+    def greedy_fn(src, src_len):
+        return greedy_decode(cfg, params, src, src_len, max_decode_len=max_decode_len)
+
+    def beam_fn(src, src_len, alpha):
+        result = beam_decode(
+            cfg, params, src, src_len, beam_size=beam_size, max_decode_len=max_decode_len,
+            alpha=alpha,
+        )  # fmt: skip
+        return result.tokens, result.scores
+
+    return {
+        "encode": export.export(jax.jit(encode_fn))(src, src_len),
+        "greedy": export.export(jax.jit(greedy_fn))(src, src_len),
+        "beam": export.export(jax.jit(beam_fn))(src, src_len, alpha),
+    }
+
+
+def write(
+    model: Translator,
+    output_dir: str | Path,
+    *,
+    beam_size: int = DEFAULT_BEAM_SIZE,
+    max_decode_len: int = DEFAULT_MAX_DECODE_LEN,
+    force: bool = False,
+) -> Path:
+    """Write the three programs, the tokenizers and `export.json` for `model`."""
+    if beam_size < 1 or max_decode_len < 1:
+        raise ValueError(
+            f"beam_size and max_decode_len must be >= 1, got {beam_size} and {max_decode_len}."
+        )
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        if not force:
+            raise FileExistsError(
+                f"{output_dir} already exists; choose a new --output_dir or pass --force."
+            )
+        shutil.rmtree(output_dir)
+    programs = exported_programs(model, beam_size=beam_size, max_decode_len=max_decode_len)
+    output_dir.mkdir(parents=True)
+    files = {}
+    for name, exp in programs.items():
+        (output_dir / f"{name}.bin").write_bytes(exp.serialize())
+        files[name] = {
+            "file": f"{name}.bin",
+            "inputs": [str(a) for a in exp.in_avals],
+            "outputs": [str(a) for a in exp.out_avals],
+        }
+    model.src_tokenizer.save(output_dir / TOKENIZER_DIR / SRC_TOKENIZER)
+    model.tgt_tokenizer.save(output_dir / TOKENIZER_DIR / TGT_TOKENIZER)
+    manifest = {
+        "format": "stablehlo",
+        "programs": files,
+        "beam_size": beam_size,
+        "max_decode_len": max_decode_len,
+        "alpha": float(model.settings.get("alpha", 0.6)),
+        "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
+        "source_tokenizer": _tokenizer_entry(SRC_TOKENIZER, model.src_tokenizer),
+        "target_tokenizer": _tokenizer_entry(TGT_TOKENIZER, model.tgt_tokenizer),
+        "step": model.step,
+        **run_manifest(model),
+    }  # fmt: skip
+    (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return output_dir
+
+
+def _tokenizer_entry(name: str, tokenizer: Any) -> dict[str, str]:
+    """Where a tokenizer is saved and what it is: "word" (vocab.txt, one token per line,
+    line i = id i) or "sentencepiece" (spm.model, ids as SentencePiece numbers them)."""
+    return {"dir": f"{TOKENIZER_DIR}/{name}", "kind": tokenizer.kind}
+
+
+def export_stablehlo(
+    workdir: str | Path,
+    output_dir: str | Path,
+    *,
+    beam_size: int = DEFAULT_BEAM_SIZE,
+    max_decode_len: int = DEFAULT_MAX_DECODE_LEN,
+    step: int | None = None,
+    force: bool = False,
+) -> Path:
+    """Export the trained model in `workdir` (latest or given step) to `output_dir`."""
+    model = load_trained(workdir, step)
+    out = write(model, output_dir, beam_size=beam_size, max_decode_len=max_decode_len, force=force)
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["workdir"] = str(Path(workdir).absolute())
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return out
