@@ -8,7 +8,7 @@ r"""Length bucketing on the real corpus: non-pad tokens/s of the train step, buc
 
 The question (issue: "with the project's own batching, non-pad tokens/s on fra-eng >= 1.5x
 the same model fed fixed-length padded batches"). Both modes use the same model, optimizer
-and train step (`training.train_step`, mapped by `DataParallel`) and the project's input
+and train step (built by `training.build`, as a run builds them) and the project's input
 pipeline on the fra-eng training split; only `data.bucketing` differs: off pads every batch
 to the maximum lengths, on pads to the smallest bucket boundary that fits. Consecutive
 batches of the train iterator are drawn first (host time is not measured: see
@@ -24,7 +24,6 @@ the positions are padding (~19 % with its buckets 8/14), so expect ~1.1x there; 
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import time
 
@@ -36,14 +35,7 @@ from benchmarks.time_to_bleu import add_config_args, load_config
 from transformer_jax.data import bucketing, create_input_pipeline
 from transformer_jax.nn.precision import resolve_dtype
 from transformer_jax.runtime import configure_process
-from transformer_jax.training import (
-    DataParallel,
-    create_train_state,
-    make_optimizer,
-    model_config_from,
-    step_kwargs,
-    train_step,
-)
+from transformer_jax.training import DataParallel, build
 
 
 def _shape(batch: dict[str, np.ndarray]) -> tuple[int, int]:
@@ -56,16 +48,14 @@ class Mode:
     def __init__(self, config, bucketed: bool, num_batches: int):
         cfg = config.copy_and_resolve_references()
         cfg.data.bucketing = bucketed
-        pipe = create_input_pipeline(cfg.data, num_devices=jax.local_device_count())
-        self.vocab = (pipe.src_tokenizer.vocab_size, pipe.tgt_tokenizer.vocab_size)
-        model_config = model_config_from(cfg, *self.vocab)
-        tx, schedule = make_optimizer(cfg, model_config.model_dim)
         parallel = DataParallel.create(cfg.parallelism)
-        self._put = parallel.put_batch
-        self._step = parallel.map_train_step(
-            functools.partial(train_step, **step_kwargs(cfg, model_config, tx, schedule))
+        pipe = create_input_pipeline(cfg.data, row_multiple=parallel.num_local_devices)
+        self.vocab = (pipe.src_tokenizer.vocab_size, pipe.tgt_tokenizer.vocab_size)
+        built = build(
+            cfg, src_vocab_size=self.vocab[0], tgt_vocab_size=self.vocab[1], parallel=parallel
         )
-        self._state = parallel.put_replicated(create_train_state(model_config, tx, cfg.seed))
+        self._put, self._step = parallel.put_batch, built.train_step
+        self._state = parallel.put_replicated(built.init_state())
         # Compile every shape the epoch uses (off: one; on: one per bucket), one step each.
         self.epoch = list(pipe.train_iter.epoch_batches(0))
         by_shape = {_shape(b): b for b in self.epoch}

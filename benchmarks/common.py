@@ -1,4 +1,5 @@
-"""Shared pieces of the speed benchmarks: settings, synthetic padded batches, FLOPs, peak."""
+"""Shared pieces of the speed benchmarks: a config's sizes, synthetic padded batches, FLOPs,
+peak, and the `--config` flag every speed benchmark reads (`configs/benchmark.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+from absl import flags
+from ml_collections import config_flags
+
+from transformer_jax.runtime import configure_process
+from transformer_jax.training import Built, build, validate_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,11 +32,41 @@ class Setting:
     vocab: int
 
 
-SETTINGS = {
-    "d2l": Setting("d2l", 2, 32, 4, 64, 10, 64, 200),
-    "small": Setting("small", 3, 256, 4, 1024, 32, 64, 8000),
-    "base": Setting("base", 6, 512, 8, 2048, 32, 32, 16000),
-}
+def define_config_flag(default: str = "configs/benchmark.py:small") -> None:
+    """`--config=configs/benchmark.py:<size>` with `--config.key=value` overrides."""
+    config_flags.DEFINE_config_file("config", default, "Benchmark run config, path[:size].")
+
+
+def config_from_flags() -> tuple[ml_collections.ConfigDict, Setting]:
+    """The `--config` run config, applied to the process (`runtime.configure_process`: call it
+    before anything computes) and validated, and its `Setting`."""
+    config = flags.FLAGS.config
+    configure_process(config)
+    validate_config(config, num_devices=jax.local_device_count(), process_count=1)
+    flag = flags.FLAGS["config"]
+    name = flag.serialize().partition(":")[2] or flag.config_filename  # "small" of path:small
+    return config, setting(config, name)
+
+
+def setting(config: ml_collections.ConfigDict, name: str) -> Setting:
+    """The sizes of a benchmark run config: L = data.max_src_len, B = data.batch_size rows,
+    V = data.vocab_size (`configs/benchmark.py`)."""
+    m, d = config.model, config.data
+    if m.num_encoder_layers != m.num_decoder_layers or d.max_src_len != d.max_tgt_len:
+        raise ValueError(
+            "a benchmark setting has as many encoder as decoder layers and one length L "
+            f"(data.max_src_len = data.max_tgt_len); got {m.num_encoder_layers}+"
+            f"{m.num_decoder_layers} layers, lengths {d.max_src_len}/{d.max_tgt_len}."
+        )
+    return Setting(
+        name, m.num_encoder_layers, m.model_dim, m.num_heads, m.ffn_dim, d.max_src_len,
+        d.batch_size, d.vocab_size,
+    )  # fmt: skip
+
+
+def build_setting(config: ml_collections.ConfigDict, s: Setting) -> Built:
+    """The project's builder on the setting's synthetic vocabulary (V per side)."""
+    return build(config, src_vocab_size=s.vocab, tgt_vocab_size=s.vocab)
 
 
 def padded_batch(s: Setting, seed: int) -> dict[str, np.ndarray]:

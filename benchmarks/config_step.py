@@ -4,12 +4,12 @@ r"""Train-step speed for a config: steps/s and target tokens/s on synthetic full
     python -m benchmarks.config_step --config=configs/fra_eng.py --config.model.model_dim=64
 
 Prints one table row: parameters, the per-step shapes, compile time, steps/s and tokens/s.
-Batches are padded to the maximum lengths (the worst case for bucketing).
+Batches are padded to the maximum lengths (the worst case for bucketing). The step is the
+one a run of this config trains with (`training.build`).
 """
 
 from __future__ import annotations
 
-import functools
 import time
 
 import jax
@@ -18,14 +18,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from transformer_jax.runtime import configure_process
-from transformer_jax.training import (
-    DataParallel,
-    create_train_state,
-    make_optimizer,
-    model_config_from,
-    step_kwargs,
-    train_step,
-)
+from transformer_jax.training import build
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Run config, e.g. configs/fra_eng.py.")
@@ -33,17 +26,17 @@ flags.DEFINE_integer("steps", 20, "Timed steps (after one compile step).")
 flags.DEFINE_integer("vocab_size", 0, "Vocabulary size (0 = data.vocab_size).")
 
 
-def synthetic_batch(rng, devices: int, batch: int, s: int, t: int, vocab: int) -> dict:
+def synthetic_batch(rng, batch: int, s: int, t: int, vocab: int) -> dict[str, np.ndarray]:
+    """A full-length batch of one process: src (B, S), src_len (B,), tgt_* (B, T)."""
     src = rng.integers(4, vocab, (batch, s)).astype(np.int32)
     tgt = rng.integers(4, vocab, (batch, t)).astype(np.int32)
-    out = dict(
+    return dict(
         src=src,
         src_len=np.full((batch,), s, np.int32),
         tgt_in=tgt,
         tgt_out=np.roll(tgt, -1, axis=1),
         tgt_weight=np.ones((batch, t), np.float32),
     )
-    return {k: v.reshape((devices, -1) + v.shape[1:]) for k, v in out.items()}
 
 
 def main(argv):
@@ -51,19 +44,13 @@ def main(argv):
     config = FLAGS.config
     configure_process(config)  # before the first computation: XLA flags, host memory
     vocab = FLAGS.vocab_size or config.data.vocab_size
-    model_config = model_config_from(config, vocab, vocab)
-    tx, schedule = make_optimizer(config, model_config.model_dim)
-    parallel = DataParallel.create(config.parallelism)
-    step = parallel.map_train_step(
-        functools.partial(train_step, **step_kwargs(config, model_config, tx, schedule))
-    )
-    host_state = create_train_state(model_config, tx, config.seed)
+    built = build(config, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    step, parallel = built.train_step, built.parallel
+    host_state = built.init_state()
     params = sum(x.size for x in jax.tree.leaves(host_state.params))
     state = parallel.put_replicated(host_state)
     b, s, t = config.data.batch_size, config.data.max_src_len, config.data.max_tgt_len
-    batch = parallel.put_batch(
-        synthetic_batch(np.random.default_rng(0), jax.local_device_count(), b, s, t, vocab)
-    )
+    batch = parallel.put_batch(synthetic_batch(np.random.default_rng(0), b, s, t, vocab))
     start = time.perf_counter()
     state, metrics = step(state, batch)
     jax.block_until_ready(metrics)

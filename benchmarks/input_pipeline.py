@@ -13,7 +13,6 @@ step's by a wide margin; batches are produced on the host thread, between steps.
 from __future__ import annotations
 
 import argparse
-import functools
 import time
 
 import jax
@@ -38,38 +37,29 @@ def step_rate(data_cfg, pipe, seconds: float) -> str:
     """Examples/s the fra_eng config's train step consumes on this machine, or why not."""
     try:
         from configs import fra_eng
-        from transformer_jax.training import (
-            DataParallel,
-            create_train_state,
-            make_optimizer,
-            model_config_from,
-            step_kwargs,
-            train_step,
-        )
+        from transformer_jax.training import build
     except ImportError as error:
         return f"n/a (training not built yet: {error})"
     try:
         cfg = fra_eng.get_config()
         cfg.data = data_cfg
-        model_config = model_config_from(
-            cfg, pipe.src_tokenizer.vocab_size, pipe.tgt_tokenizer.vocab_size
+        built = build(
+            cfg,
+            src_vocab_size=pipe.src_tokenizer.vocab_size,
+            tgt_vocab_size=pipe.tgt_tokenizer.vocab_size,
         )
-        tx, schedule = make_optimizer(cfg, model_config.model_dim)
-        parallel = DataParallel.create("pmap")
-        step = parallel.map_train_step(
-            functools.partial(train_step, **step_kwargs(cfg, model_config, tx, schedule))
-        )
-        state = parallel.put_replicated(create_train_state(model_config, tx, cfg.seed))
+        step, parallel = built.train_step, built.parallel
+        state = parallel.put_replicated(built.init_state())
         batches = [next(pipe.train_iter) for _ in range(32)]
         # Compile once per bucket shape before timing (one step each: steps can take seconds).
         by_shape = {(b["src"].shape, b["tgt_in"].shape): b for b in batches}
         for batch in by_shape.values():
-            state, metrics = step(state, batch)
+            state, metrics = step(state, parallel.put_batch(batch))
         jax.block_until_ready(metrics)
         examples, start, i = 0, time.perf_counter(), 0
         while i < 2 or time.perf_counter() - start < seconds:
             batch = batches[i % len(batches)]
-            state, metrics = step(state, batch)
+            state, metrics = step(state, parallel.put_batch(batch))
             jax.block_until_ready(metrics)
             examples += batch["src_len"].size
             i += 1
@@ -116,7 +106,7 @@ def main() -> None:
             cfg = base.copy_and_resolve_references()
             cfg.update(tokenizer=tokenizer, bucketing=bucketed)
             start = time.perf_counter()
-            pipe = create_input_pipeline(cfg, num_devices=num_devices)
+            pipe = create_input_pipeline(cfg, row_multiple=num_devices)
             setup = time.perf_counter() - start
             padding = bucketing.padding_fraction(pipe.train_iter.epoch_batches(0))
             examples, tokens = pipeline_rate(pipe.train_iter, args.seconds)
