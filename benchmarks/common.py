@@ -11,11 +11,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import flags
+from absl import app, flags
 from ml_collections import config_flags
 
+from transformer_jax import launch
 from transformer_jax.runtime import configure_process
-from transformer_jax.training import Built, build, validate_config
+from transformer_jax.training import Built, build
+from transformer_jax.training.config import validate_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,17 +34,27 @@ class Setting:
     vocab: int
 
 
-def define_config_flag(default: str = "configs/benchmark.py:small") -> None:
+def define_config_flag() -> None:
     """`--config=configs/benchmark.py:<size>` with `--config.key=value` overrides."""
-    config_flags.DEFINE_config_file("config", default, "Benchmark run config, path[:size].")
+    config_flags.DEFINE_config_file(
+        "config", None, "Benchmark run config, e.g. configs/benchmark.py:small."
+    )
+
+
+def run(main) -> None:
+    """`app.run(main)` with the launchers' flag checks: a mistake is one FATAL line."""
+    app.run(main, flags_parser=launch.flags_parser(required=("config",)))
 
 
 def config_from_flags() -> tuple[ml_collections.ConfigDict, Setting]:
     """The `--config` run config, applied to the process (`runtime.configure_process`: call it
     before anything computes) and validated, and its `Setting`."""
     config = flags.FLAGS.config
-    configure_process(config)
-    validate_config(config, num_devices=jax.local_device_count(), process_count=1)
+    try:
+        configure_process(config)
+        validate_config(config, num_devices=jax.local_device_count(), process_count=1)
+    except ValueError as error:  # ConfigError, or a bad process setting
+        launch.fatal(f"invalid config: {error}")
     flag = flags.FLAGS["config"]
     name = flag.serialize().partition(":")[2] or flag.config_filename  # "small" of path:small
     return config, setting(config, name)
