@@ -10,11 +10,13 @@ from transformer_jax.export.ctranslate2 import (
     export_ctranslate2,
 )
 from transformer_jax.export.source import load_trained
+from transformer_jax.export.stablehlo import export_stablehlo
 
 __all__ = [
     "UnsupportedModelError",
     "check_supported",
     "convert",
     "export_ctranslate2",
+    "export_stablehlo",
     "load_trained",
 ]

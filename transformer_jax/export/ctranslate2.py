@@ -14,10 +14,12 @@ parameters (the same route as CTranslate2's own OpenNMT-py and fairseq converter
 - positions: CTranslate2's built-in sinusoidal table concatenates sin | cos with
   tensor2tensor's timescales and starts at position 1, ours interleaves sin, cos (d2l
   §11.6.3) from position 0, so the table is written out explicitly (`encodings`, the rows
-  of `ops.sinusoidal_rows`, bit-identical to what our model adds); a learned table is
+  of `ops.sinusoidal_rows`, the function our model adds them with); a learned table is
   copied. Either way CTranslate2 then knows `max_positions` rows: longer inputs are an error;
 - embeddings are scaled by √D in both (`scale_embeddings`); a tied output projection is
   the target embedding matrix without bias; shared embeddings are one array in both stacks;
+- a model computed in bfloat16 (`model.dtype`) is exported with its float32 parameters and
+  runs in CTranslate2's compute type, so it matches a float32 run of ours, not a bfloat16 one;
 - vocabularies are the tokenizers' token strings (SentencePiece pieces or words). Our
   special tokens keep their names (`<pad>`, `<bos>`, `<eos>`, `<unk>` = ids 0..3): the
   model config tells CTranslate2 that `<bos>` starts decoding, `<eos>` ends it and is
@@ -267,7 +269,7 @@ def convert(
     output_dir = Path(output_dir)
     if output_dir.exists() and not force:
         raise FileExistsError(
-            f"{output_dir} already exists; choose a new --output_dir or pass force=True."
+            f"{output_dir} already exists; choose a new --output_dir or pass --force."
         )
     _SpecConverter().convert(
         str(output_dir),
