@@ -98,6 +98,10 @@ def test_unsupported_choices_are_named():
     model = Translator.from_params(cfg, None, WORDS, WORDS)  # refused before params are read
     with pytest.raises(UnsupportedModelError, match=r"rezero.*additive.*stablehlo"):
         convert(model, "/nonexistent/never_written")
+    cfg = cfg.replace(num_encoder_layers=0, norm_placement="pre", attention_kind="dot")
+    no_encoder = Translator.from_params(cfg, None, WORDS, WORDS)
+    with pytest.raises(UnsupportedModelError, match=r"num_encoder_layers=0"):
+        convert(no_encoder, "/nonexistent/never_written")
 
 
 # --- a tiny trained run ----------------------------------------------------------------

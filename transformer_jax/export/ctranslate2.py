@@ -70,7 +70,11 @@ def unsupported_choices(config: ModelConfig) -> list[str]:
             "attention; use 'dot')"
         )
     if config.num_encoder_layers == 0:
-        problems.append("model.num_encoder_layers=0 (a decoder-only model, not an encoder–decoder)")
+        # The converted model does not load: CTranslate2 looks for encoder/layer_0.
+        problems.append(
+            "model.num_encoder_layers=0 (CTranslate2's Transformer needs at least one encoder "
+            "layer)"
+        )
     return problems
 
 
@@ -222,6 +226,7 @@ def build_spec(
 
 
 def _as_numpy(tree: Any) -> Any:
+    """A params pytree (dicts or FrozenDicts of arrays) as nested dicts of numpy arrays."""
     if isinstance(tree, dict) or hasattr(tree, "items"):
         return {k: _as_numpy(v) for k, v in tree.items()}
     return np.asarray(tree)
@@ -252,6 +257,8 @@ def convert(
             f"quantization={quantization!r} is not supported; choose one of {list(QUANTIZATIONS)}."
         )
     check_supported(model.model_config)
+    if max_positions < 1:
+        raise ValueError(f"max_positions must be >= 1, got {max_positions}.")
     if model.model_config.positional == "learned":
         max_positions = model.model_config.max_len
     spec = build_spec(
