@@ -196,6 +196,9 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     # The serving function gives the same text (its own budget and grouping).
     texts = [model.tgt_tokenizer.decode([*row, EOS_ID]) for row in greedy]
     assert translate_lines(tmp_path / "ct2", sentences) == texts
+    # Raw input gets the run's preprocessing; an empty line gives an empty translation.
+    raw = translate_lines(tmp_path / "ct2", ["Go.", "", "go ."], translator=translator)
+    assert raw[0] == raw[2] and raw[1] == ""
 
     output = finish(cli, timeout=120)
     assert "Exported" in output

@@ -18,7 +18,7 @@ from transformer_jax.data.corpus import read_pairs
 from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding import beam_decode, greedy_decode
+from transformer_jax.decoding import beam_decode, encode, greedy_decode
 from transformer_jax.export import stablehlo
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig
@@ -40,7 +40,7 @@ RELOAD = textwrap.dedent(
     tgt_sp = spm.SentencePieceProcessor(model_file=spm_file("target_tokenizer"))
     program = lambda name: jax.export.deserialize(
         bytearray((out / manifest["programs"][name]["file"]).read_bytes()))
-    greedy, beam = program("greedy"), program("beam")
+    encode, greedy, beam = program("encode"), program("greedy"), program("beam")
 
     def run(sentences, with_beam=True):
         rows = [src_sp.encode(s) + [ids["eos"]] for s in sentences]
@@ -52,12 +52,14 @@ RELOAD = textwrap.dedent(
         if not with_beam:
             return {"greedy": tokens.tolist()}
         beams, scores = beam.call(src, src_len, np.float32(sys.argv[3]))
+        memory = np.asarray(encode.call(src, src_len))
         def text(row):
             row = [int(t) for t in row]
             row = row[: row.index(ids["eos"])] if ids["eos"] in row else row
             return tgt_sp.decode([t for t in row if t not in (ids["pad"], ids["bos"])])
         return {"greedy": tokens.tolist(), "beam": np.asarray(beams).tolist(),
-                "scores": np.asarray(scores).tolist(), "texts": [text(r) for r in tokens]}
+                "scores": np.asarray(scores).tolist(), "memory": memory.tolist(),
+                "texts": [text(r) for r in tokens]}
 
     sentences = json.loads(sys.argv[2])
     result = {"all": run(sentences), "first": run(sentences[:1], with_beam=False),
@@ -120,6 +122,8 @@ def test_reloaded_programs_reproduce_our_search(model, exported, tmp_path):
     np.testing.assert_array_equal(result["all"]["greedy"], greedy)
     np.testing.assert_array_equal(result["all"]["beam"], np.asarray(beam.tokens))
     np.testing.assert_allclose(result["all"]["scores"], np.asarray(beam.scores), rtol=1e-5)
+    memory = encode(cfg, params, src, src_len)  # (B, S, D)
+    np.testing.assert_allclose(result["all"]["memory"], np.asarray(memory), atol=1e-5, rtol=0)
     assert result["all"]["texts"] == [model.tgt_tokenizer.decode(row) for row in greedy]
     # The batch size is symbolic: one sentence alone gives its row of the batch.
     np.testing.assert_array_equal(result["first"]["greedy"], greedy[:1, :])

@@ -10,9 +10,11 @@ writes, with the parameters baked into each program as constants:
     tokenizer/source, tokenizer/target    the tokenizers (vocab.txt or spm.model)
     export.json  the manifest: files, shapes, special ids, L, W, preprocessing
 
-B and S are symbolic (`jax.export.symbolic_shape("b, s")`): one program serves every batch
-size and source length (XLA compiles per concrete shape on load). L (tokens generated,
-`<eos>` included) and W are fixed at export. Sources are token ids + `<eos>`, padded with
+Each program holds its own copy of the parameters (three copies on disk; fine for the
+models here, a params argument would suit a large one). B and S are symbolic
+(`jax.export.symbolic_shape("b, s")`): one program serves every batch size and source
+length (XLA compiles per concrete shape on load). L (tokens generated, `<eos>` included)
+and W are fixed at export. Sources are token ids + `<eos>`, padded with
 `<pad>` = 0; outputs keep `<eos>`, then `<pad>`. A process that reads the directory needs
 jax and numpy (and sentencepiece for a SentencePiece vocabulary), not this package:
 
