@@ -76,6 +76,29 @@ WORKER = textwrap.dedent(
         metrics.append(float(parallel.get_replicated(sums)["nll"]))
         return ravel_pytree(parallel.get_replicated(state).params)[0], np.array(metrics)
 
+    def check_batch_layout():
+        # put_batch / put_batches alone split per-process rows: device d gets rows
+        # d·B/2 .. (d+1)·B/2 of every batch, under both mappings.
+        batches, half = [batch(i) for i in range(3)], B // 2
+        p = DataParallel.create("pmap")
+        one, many = p.put_batch(batches[0]), p.put_batches(batches)
+        assert one["src"].shape == (2, half, S) and many["src"].shape == (2, 3, half, S)
+        for d in range(2):
+            rows = slice(d * half, (d + 1) * half)
+            np.testing.assert_array_equal(one["src"][d], batches[0]["src"][rows])
+            for n in range(3):
+                np.testing.assert_array_equal(many["tgt_in"][d, n], batches[n]["tgt_in"][rows])
+        p = DataParallel.create("shard_map")
+        one, many = p.put_batch(batches[0]), p.put_batches(batches)
+        assert one["src"].shape == (B, S) and many["src"].shape == (3, B, S)
+        stacked = np.stack([b["tgt_in"] for b in batches])
+        for shard in many["tgt_in"].addressable_shards:
+            d = jax.devices().index(shard.device)
+            assert shard.index[1] == slice(d * half, (d + 1) * half), shard.index
+            np.testing.assert_array_equal(shard.data, stacked[:, d * half : (d + 1) * half])
+
+    if jax.local_device_count() == 2:
+        check_batch_layout()
     out = {}
     for kind in sys.argv[2:]:
         for name, make in (("hand", by_hand), ("built", built)):
