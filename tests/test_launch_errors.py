@@ -97,3 +97,15 @@ def test_print_config_prints_the_resolved_config_and_builds_nothing(tmp_path):
     assert "num_heads: 4" in result.stdout and "train_split: train[:2000]" in result.stdout
     assert "model_dim: 16" in result.stdout  # the runlocal variant, resolved
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_checks_read_both_flag_forms_and_the_last_config_wins():
+    from transformer_jax import launch
+    from transformer_jax.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="config file 'missing.py' not found"):
+        launch.check_config_args(["prog", "--config", "missing.py"])
+    good = str(REPO / "configs" / "fra_eng.py")
+    launch.check_config_args(["prog", "--config=missing.py", f"--config={good}:d2l"])
+    with pytest.raises(ConfigError, match=r"model.ffn_dim takes an integer \(now 64\)"):
+        launch.check_config_args(["prog", f"--config={good}:d2l", "--config.model.ffn_dim=1.5"])

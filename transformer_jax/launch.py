@@ -88,11 +88,15 @@ def check_config_args(argv: Sequence[str], *, config_flag: str = "config") -> No
     Reads `--config=path[:arg]` and every `--config.a.b=value` of `argv`, as config_flags
     will; without a `--config=` flag there is nothing to check.
     """
-    prefix = f"--{config_flag}="
-    specs = [arg[len(prefix) :] for arg in argv if arg.startswith(prefix)]
+    prefix, specs = f"--{config_flag}=", []
+    for i, arg in enumerate(argv):
+        if arg.startswith(prefix):
+            specs.append(arg[len(prefix) :])
+        elif arg == prefix[:-1] and i + 1 < len(argv):  # absl's `--config configs/x.py`
+            specs.append(argv[i + 1])
     if not specs:
         return
-    config = load_config_file(specs[-1])
+    config = load_config_file(specs[-1])  # absl keeps the last value
     check_overrides(config, argv, config_flag=config_flag)
 
 
