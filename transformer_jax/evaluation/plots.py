@@ -104,7 +104,7 @@ def show_heatmaps(
 def plot_attention(maps: Any, path: str | Path, *, cell: float = 2.6) -> Path:
     """One PNG with the three attention kinds of a sentence pair, each layers × heads.
 
-    `maps` is a `decoding.AttentionMaps` (weights already trimmed to real tokens): encoder
+    `maps` is an `attention_maps.AttentionMaps` (weights already trimmed to real tokens): encoder
     self-attention (source × source), decoder self-attention (target × target) and
     encoder–decoder attention (target queries × source keys).
     """
