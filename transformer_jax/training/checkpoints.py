@@ -252,12 +252,3 @@ def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
     return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + TRAIN_COMMAND.format(
         workdir=workdir
     )
-
-
-def load_for_inference(workdir: str | Path, step: int | None = None, average_last: int = 1) -> Any:
-    """Temporary alias of `inference.Translator.from_workdir` (same attributes as the old
-    bundle: config, model_config, params, tokenizers, step) for `export/source.py`, which is
-    being written concurrently. Remove once it calls `Translator.from_workdir`."""
-    from transformer_jax.inference import Translator
-
-    return Translator.from_workdir(workdir, step, average_last=average_last)
