@@ -6,7 +6,6 @@ from transformer_jax.decoding.batch_decode import (
     decode_ids,
     output_budget,
 )
-from transformer_jax.decoding.compat import DecodingWarning, decode_settings, translate
 from transformer_jax.decoding.model_decode import (
     beam_decode,
     greedy_decode,
@@ -33,14 +32,12 @@ from transformer_jax.decoding.steps import (
 )
 
 __all__ = [
-    "DecodingWarning",  # compat: until train.py uses inference.Translator
     "BeamResult",
     "SourceTooLongError",
     "beam_decode",
     "beam_search",
     "cached_step",
     "decode_ids",
-    "decode_settings",  # compat
     "encode",
     "gather_rows",
     "greedy_decode",
@@ -56,5 +53,4 @@ __all__ = [
     "sharded_decoder",
     "split_cache",
     "tile_beams",
-    "translate",  # compat
 ]

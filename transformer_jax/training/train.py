@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ import ml_collections
 import numpy as np
 
 from transformer_jax import data as data_lib
-from transformer_jax.decoding import DecodingWarning, decode_settings, translate
-from transformer_jax.evaluation.bleu import corpus_bleu, detokenize_book
-from transformer_jax.evaluation.report import book_style
+from transformer_jax.evaluation.bleu import corpus_bleu
+from transformer_jax.inference import Translator
 from transformer_jax.runtime import configure_process
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import finetune, history
@@ -354,18 +352,15 @@ def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
         return None
     pairs = data_lib.spread_subset(pipeline.eval_pairs, n)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DecodingWarning)  # sentences longer than the limit
-        hypotheses = translate(
-            model_config,
-            params,
-            pipeline.src_tokenizer,
-            pipeline.tgt_tokenizer,
-            [src for src, _ in pairs],
-            **decode_settings(config),
-        )
-    detok = detokenize_book if book_style(config) else (lambda text: text)
-    bleu = corpus_bleu([detok(h) for h in hypotheses], [detok(t) for _, t in pairs])
+    translator = Translator.from_params(
+        model_config, params, pipeline.src_tokenizer, pipeline.tgt_tokenizer, config=config
+    )
+    # warn=False: a sentence longer than the training limit is translated whole, silently.
+    hypotheses = translator.translate([src for src, _ in pairs], warn=False)
+    bleu = corpus_bleu(
+        [translator.detokenize(h) for h in hypotheses],
+        [translator.detokenize(t) for _, t in pairs],
+    )
     k = config.eval.num_examples_to_show
     shown = [
         f"{src} => {hyp}  (ref: {tgt})"
