@@ -29,7 +29,7 @@ from transformer_jax import runtime
 from transformer_jax.runtime import host_memory
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("variant", "small", "Model variant from configs/model.py.")
+flags.DEFINE_string("variant", "small", "Model variant from transformer_jax/nn/variants.py.")
 flags.DEFINE_integer("vocab_size", 8000, "Source and target vocabulary size.")
 flags.DEFINE_integer("batch", 64, "Sentences per batch.")
 flags.DEFINE_integer("src_len", 32, "Source tokens per sentence.")

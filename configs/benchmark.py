@@ -5,7 +5,7 @@ r"""The speed benchmarks' sizes as run configs, read through `--config` like the
         --config.model.dtype=bfloat16 --config.steps_per_call=4
     python -m benchmarks.profile_step --config=configs/benchmark.py:d2l
 
-Variants: `d2l`, `small` and `base`, each the model of that name in `configs/model.py`
+Variants: `d2l`, `small` and `base`, each the model of that name in `transformer_jax/nn/variants.py`
 (dropout 0.1) with the synthetic batch the benchmarks feed it: source and target length
 L = `data.max_src_len` = `data.max_tgt_len` (each sentence's lengths uniform in [L/2, L]),
 B = `data.batch_size` rows per global batch, V = `data.vocab_size` per side
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import model as model_configs
 from transformer_jax.data.config import data_config
+from transformer_jax.nn import variants as model_variants
 from transformer_jax.training.config import training_defaults
 
 # Sequence length L, global batch B and vocabulary V of each benchmark size.
@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"Unknown benchmark size {name!r}; choose one of {sorted(SIZES)}.")
     size = SIZES[name]
     c = training_defaults()
-    c.model = model_configs.get_config(name)
+    c.model = model_variants.model_section(name)
     c.data = data_config()
     c.data.max_src_len = c.data.max_tgt_len = size["length"]
     c.data.batch_size = size["batch"]

@@ -8,7 +8,7 @@ Variants, by string argument (big_vision style), combinable with commas:
 
     --config=configs/fra_eng.py:d2l                 the book's §11.7.5 setting
     --config=configs/fra_eng.py:hour                the 60-minute recipe (curve below)
-    --config=configs/fra_eng.py:variant=small       another model size (configs/model.py)
+    --config=configs/fra_eng.py:variant=small       another model size (nn/variants.py)
     --config=configs/fra_eng.py:runlocal            everything tiny, for a laptop or a test
     --config=configs/fra_eng.py:variant=tiny,runlocal
 
@@ -33,12 +33,12 @@ import difflib
 
 import ml_collections
 
-from configs import model as model_configs
 from transformer_jax.data.config import data_config
+from transformer_jax.nn import variants as model_variants
 from transformer_jax.training.config import training_defaults
 
-# The recipes of this file, then every model size of configs/model.py (d2l is both: once).
-VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_configs.VARIANTS)))
+# The recipes of this file, then every model size of nn/variants.py (d2l is both: once).
+VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIANTS)))
 
 # The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README run (D 128, 2+2
 # layers, no dropout, batches of ~2,048 tokens, linear decay from 5e-3) for 22,000 steps,
@@ -94,7 +94,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # load_data_nmt(num_examples=600) keeps lines 0..600 (tokenize_nmt breaks only when
         # i > 600): 601 pairs. Its DataLoader keeps the last partial batch (drop_last=False):
         # 10 batches of 64 an epoch (the last with 25 pairs), 2,000 steps in 200 epochs.
-        c.model = model_configs.get_config("d2l")
+        c.model = model_variants.model_section("d2l")
         c.data.train_split = "full[:601]"
         c.data.drop_remainder = False
         c.data.tokenizer = "word"
@@ -132,7 +132,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # "hour": the same for 22,000 steps (HOUR, above). Other model sizes keep the paper's
         # D-scaled n^-0.5 schedule, which needs no run length.
         readme_model = variant in ("default", "hour")
-        c.model = model_configs.get_config("d2l" if readme_model else variant)
+        c.model = model_variants.model_section("d2l" if readme_model else variant)
         if readme_model:
             c.model.num_encoder_layers = c.model.num_decoder_layers = 2
             c.model.model_dim, c.model.num_heads, c.model.ffn_dim = 128, 4, 512
@@ -175,7 +175,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if args["runlocal"]:
         # Seconds, not minutes: a tiny model on a slice of the corpus.
         tiny = variant in ("default", "d2l", "hour")
-        c.model = model_configs.get_config("tiny" if tiny else variant)
+        c.model = model_variants.model_section("tiny" if tiny else variant)
         c.data.train_split = "train[:2000]"
         c.data.tokenizer = "word"
         if variant == "d2l":

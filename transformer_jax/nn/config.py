@@ -158,7 +158,7 @@ class ModelConfig:
     def defaults_dict(cls) -> dict[str, Any]:
         """The default of every key of a run config's `model` section (the one place they live).
 
-        `configs/model.py` starts each variant from these and lists only what it changes.
+        `nn/variants.py` starts each variant from these and lists only what it changes.
         """
         return {
             f.name: f.default

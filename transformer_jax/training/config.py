@@ -5,7 +5,7 @@ from `configs/`:
 
 - training keys: `training_defaults()` (here);
 - `model`: the fields of `transformer_jax.nn.ModelConfig` (`ModelConfig.defaults_dict()`),
-  of which `configs/model.py` names the sizes of each variant;
+  of which `nn/variants.py` names the sizes of each variant;
 - `data`: `transformer_jax.data.data_config()`.
 
 `validate_config` checks the whole of it once, before anything is built or compiled (unknown
@@ -159,7 +159,9 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     _check_keys("", config, set(defaults) | {"model", "data"})
     _check_keys("eval.", config.eval, set(defaults.eval))
     if not isinstance(config.model, ml_collections.ConfigDict):
-        raise ConfigError(f"model={config.model!r} must be a section (configs/model.py).")
+        raise ConfigError(
+            f"model={config.model!r} must be a section (transformer_jax/nn/variants.py)."
+        )
     # Types first, so that every later comparison is between numbers (or strings).
     _check_types("", config, defaults)
     _check_types("eval.", config.eval, defaults.eval)
