@@ -15,13 +15,14 @@ import sys
 
 from absl import app, flags
 
+from transformer_jax import launch
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir whose checkpoints to average.")
 flags.DEFINE_integer(
     "last", 3, "How many of the newest checkpoints to average (a run keeps keep_checkpoints=3)."
 )
 flags.DEFINE_string("output_workdir", None, "Where to write; default <workdir>_avg<last>.")
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv: list[str]) -> None:
@@ -43,5 +44,10 @@ def main(argv: list[str]) -> None:
     print(f"Evaluate it with: python -m experiments.evaluate --workdir={written}")
 
 
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -17,6 +17,8 @@ import sys
 
 from absl import app, flags
 
+from transformer_jax import launch
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
 flags.DEFINE_string(
@@ -42,7 +44,6 @@ flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv: list[str]) -> None:
@@ -75,5 +76,10 @@ def main(argv: list[str]) -> None:
     print((Path(FLAGS.workdir) / REPORT_MD).read_text())
 
 
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

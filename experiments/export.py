@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from transformer_jax import launch
+
 FORMATS = ("ctranslate2", "stablehlo")
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run to export.", required=True)
@@ -51,5 +53,10 @@ def main(argv: list[str]) -> None:
     print(f"Exported {_WORKDIR.value} as {_FORMAT.value} to {out}")
 
 
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser(required=()))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

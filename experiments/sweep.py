@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from transformer_jax import sweeps
+from transformer_jax import launch, sweeps
 
 flags.DEFINE_string("config", None, "Config file with get_hyper, e.g. configs/fra_eng.py:d2l.")
 flags.DEFINE_string("sweep", None, "Name of the sweep defined by the config's get_hyper.")
@@ -28,7 +28,6 @@ flags.DEFINE_bool("dry_run", False, "Check every point's config, print the launc
 flags.DEFINE_multi_string(
     "extra", [], "Extra flags for every point, e.g. --extra=--config.num_epochs=10."
 )
-flags.mark_flags_as_required(["config", "sweep"])
 FLAGS = flags.FLAGS
 
 
@@ -68,5 +67,10 @@ def main(argv: list[str]) -> None:
     print(f"Results: {sweep_dir}/results.md, results.csv, results.png")
 
 
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser(required=("config", "sweep")))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -130,8 +130,13 @@ def main(argv: list[str]) -> None:
         test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
     app.run(
         main,
         flags_parser=launch.flags_parser(required=("config", "workdir"), unless="print_config"),
     )
+
+
+if __name__ == "__main__":
+    run()

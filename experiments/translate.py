@@ -18,6 +18,8 @@ import sys
 
 from absl import app, flags
 
+from transformer_jax import launch
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
 flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
@@ -43,7 +45,6 @@ flags.DEFINE_enum(
     "format", "plain", ["plain", "tsv"], "plain: the translation; tsv: source<TAB>translation."
 )
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
-flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv: list[str]) -> None:
@@ -78,5 +79,10 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
 
 
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -323,7 +323,9 @@ def test_cli_dry_run_validates_and_prints_commands_in_the_default_folder(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     commands = done.stdout.splitlines()
     assert len(commands) == 2 and "--config.model.norm_placement=pre" in commands[1]
-    assert "--workdir=runs/sweeps/two_points-runlocal/placement/norm_placement=post" in commands[0]
+    # Relative to where the sweep runs (not to the source files), made absolute for the points.
+    folder = tmp_path.resolve() / "runs/sweeps/two_points-runlocal/placement"
+    assert f"--workdir={folder}/norm_placement=post" in commands[0]
     assert "2 point configs valid" in done.stderr and not (tmp_path / "runs").exists()
     bad = _sweep_cli(
         tmp_path, "--sweep=placement", "--dry_run", "--extra=--config.learning_rate=-1"

@@ -41,8 +41,15 @@ from absl import flags
 
 from transformer_jax.training.config import ConfigError
 
-# transformer_jax/launch.py -> the repository's configs/, listed when a config file is missing.
-SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+def _shipped_configs() -> Path:
+    """The shipped config files: `transformer_jax/configs/` in an installed package (pyproject
+    maps the repository's configs/ there), else the checkout's `configs/`."""
+    installed = Path(__file__).resolve().parent / "configs"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "configs"
+
+
+SHIPPED_CONFIGS = _shipped_configs()
 
 
 def fatal(message: str) -> NoReturn:
@@ -65,6 +72,7 @@ def flags_parser(
     """
 
     def parse(argv: list[str]) -> list[str]:
+        argv = resolve_config_args(argv, config_flag=config_flag)
         try:
             check_config_args(argv, config_flag=config_flag)
         except ConfigError as error:
@@ -80,6 +88,31 @@ def flags_parser(
         return rest
 
     return parse
+
+
+def resolve_config_path(path: str) -> str:
+    """A config file path, or the name of a shipped config (`fra_eng`, `fra_eng.py`) -> its path.
+
+    A path that exists wins, so a local file shadows a shipped config of the same name;
+    a bare name works from any directory, also with an installed package.
+    """
+    if Path(path).is_file() or "/" in path or "\\" in path:
+        return path
+    shipped = SHIPPED_CONFIGS / (path if path.endswith(".py") else f"{path}.py")
+    return str(shipped) if shipped.is_file() else path
+
+
+def resolve_config_args(argv: Sequence[str], *, config_flag: str = "config") -> list[str]:
+    """`argv` with every `--config=<name>[:arg]` of a shipped config replaced by its path."""
+    prefix, out = f"--{config_flag}=", list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith(prefix):
+            path, colon, rest = arg[len(prefix) :].partition(":")
+            out[i] = f"{prefix}{resolve_config_path(path)}{colon}{rest}"
+        elif arg == prefix[:-1] and i + 1 < len(out):  # absl's `--config configs/x.py`
+            path, colon, rest = out[i + 1].partition(":")
+            out[i + 1] = f"{resolve_config_path(path)}{colon}{rest}"
+    return out
 
 
 def check_config_args(argv: Sequence[str], *, config_flag: str = "config") -> None:
@@ -107,6 +140,7 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     config's `get_config` rejects (its ValueError names the variants).
     """
     path, _, arg = spec.partition(":")
+    path = resolve_config_path(path) if path else path
     if not path:
         raise ConfigError(f"--config={spec!r} names no file; {_config_choices()}.")
     if not Path(path).is_file():
@@ -180,11 +214,14 @@ def _check_value(arg: str, dotted: str, value: str, *, current: object) -> None:
 def _config_choices() -> str:
     # model.py holds the model sections that run configs import, not a run config itself.
     shipped = sorted(
-        f"configs/{p.name}"
+        p.stem
         for p in SHIPPED_CONFIGS.glob("*.py")
         if not p.name.startswith("_") and p.name != "model.py"
     )
-    return f"give a config file path, e.g. one of {shipped} (with ':variant' if it has variants)"
+    return (
+        f"give a config file path or a shipped config's name, one of {shipped} "
+        "(with ':variant' if it has variants, e.g. --config=fra_eng:hour)"
+    )
 
 
 def _did_you_mean(value: str, choices: Sequence[str]) -> str:

@@ -6,6 +6,7 @@ of `training.validate_config`, which runs once before anything is built.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import ml_collections
@@ -16,7 +17,26 @@ from transformer_jax.data.encoding import LONG_PAIRS
 # transformer_jax/data/config.py -> repository root. Not the cwd: tests and scripts run anywhere.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_ZIP = (REPO_ROOT / ".." / "shared" / "data" / "fra-eng.zip").resolve()
-DEFAULT_DATA_DIR = REPO_ROOT / "data" / "tfds"  # git-ignored (`/data/` in .gitignore)
+
+
+def is_source_checkout() -> bool:
+    """True when the package runs from the repository (not from an installed copy)."""
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "configs").is_dir()
+
+
+def default_data_dir() -> Path:
+    """Where TFDS builds and reads datasets unless `data.data_dir` says otherwise.
+
+    `$TFDS_DATA_DIR` if set; else, in a source checkout, its git-ignored `data/tfds` (runs then
+    never depend on ~/tensorflow_datasets); else TFDS's own default, ~/tensorflow_datasets.
+    Never inside an installed package.
+    """
+    if os.environ.get("TFDS_DATA_DIR"):
+        return Path(os.environ["TFDS_DATA_DIR"]).expanduser()
+    if is_source_checkout():
+        return REPO_ROOT / "data" / "tfds"  # git-ignored (`/data/` in .gitignore)
+    return Path("~/tensorflow_datasets").expanduser()
+
 
 TOKENIZERS = ("word", "sentencepiece")
 SP_MODEL_TYPES = ("unigram", "bpe")
@@ -48,8 +68,8 @@ def data_config() -> ml_collections.ConfigDict:
     # must match a known digest of the d2l file and local files are taken as they are.
     c.zip_sha256 = ""
     # Where TFDS builds and reads datasets; tokenizers are cached in `<data_dir>/tokenizers`.
-    # Project-local and git-ignored, so runs never depend on ~/tensorflow_datasets.
-    c.data_dir = str(DEFAULT_DATA_DIR)
+    # $TFDS_DATA_DIR, else the checkout's git-ignored data/tfds, else ~/tensorflow_datasets.
+    c.data_dir = str(default_data_dir())
     # TFDS split strings (slicing allowed). fra_eng also has "full" (all pairs in file order).
     # Book parity (d2l load_data_nmt(num_examples=600)): train_split="full[:601]", because the
     # book's tokenize_nmt stops only when `i > num_examples`, so it keeps lines 0..600.

@@ -32,6 +32,8 @@ from typing import Any
 
 import ml_collections
 
+from transformer_jax.data.config import REPO_ROOT, is_source_checkout
+from transformer_jax.launch import resolve_config_path
 from transformer_jax.sweeps import hyper
 
 DONE_FILE = "sweep_point_done.json"
@@ -39,7 +41,10 @@ FAILED_FILE = "sweep_point_failed.json"
 LOG_FILE = "sweep_point.log"
 SAVED_CONFIG_FILE = "config.json"  # written by the training run (training/checkpoints.py)
 DEFAULT_ROOT = Path("runs") / "sweeps"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# Each point trains in its own process: `python -m experiments.train` from a checkout, the
+# installed package's module otherwise (nothing is written next to the source files).
+TRAIN_MODULE = "experiments.train" if is_source_checkout() else "transformer_jax.experiments.train"
+TRAIN_CWD = REPO_ROOT if is_source_checkout() else None
 _MAX_ERROR_CHARS = 300
 
 
@@ -76,7 +81,7 @@ class SweepPoint:
 def load_config_module(config_spec: str) -> tuple[ModuleType, str | None]:
     """ "configs/fra_eng.py:d2l" -> (the module, "d2l")."""
     path, _, arg = config_spec.partition(":")
-    file = Path(path)
+    file = Path(resolve_config_path(path))
     if not file.is_file():
         raise FileNotFoundError(f"Config file {path!r} not found (from {Path.cwd()}).")
     spec = importlib.util.spec_from_file_location(f"_sweep_config_{file.stem}", file)
@@ -122,6 +127,9 @@ def sweep_points(
         if key is not None:
             _check_override(base, key, None, where=f"--extra={flag}: key")
     sweep_dir = Path(sweep_dir)
+    # The training processes may run in another directory (TRAIN_CWD): absolute paths.
+    path, colon, arg = config_spec.partition(":")
+    absolute_spec = f"{Path(resolve_config_path(path)).absolute()}{colon}{arg}"
     out = []
     for overrides in points:
         name = point_name(overrides)
@@ -130,13 +138,13 @@ def sweep_points(
         command = [
             sys.executable,
             "-m",
-            "experiments.train",
-            f"--config={config_spec}",
-            f"--workdir={workdir}",
+            TRAIN_MODULE,
+            f"--config={absolute_spec}",
+            f"--workdir={workdir.absolute()}",
             *config_flags,
             *extra_flags,
         ]
-        config = resolve_config(config_spec, [*config_flags, *extra_flags], point=name)
+        config = resolve_config(absolute_spec, [*config_flags, *extra_flags], point=name)
         out.append(SweepPoint(name, dict(overrides), workdir, command, config))
     names = [p.name for p in out]
     if len(set(names)) != len(names):
@@ -287,7 +295,7 @@ def run_training_process(point: SweepPoint, log_path: Path, timeout: float | Non
         start = out.tell()
         result = subprocess.run(
             point.command,
-            cwd=REPO_ROOT,
+            cwd=TRAIN_CWD,
             stdout=out,
             stderr=subprocess.STDOUT,
             timeout=timeout,
