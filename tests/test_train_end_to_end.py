@@ -35,6 +35,11 @@ def uninterrupted(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("uninterrupted")
     log = finish(launch(workdir))
     assert "Final validation" in log and "BLEU" in log, log[-3000:]
+    # The launch ends by saying where its files are and how to translate with the model.
+    assert f"Model:       {workdir / 'checkpoints' / str(STEPS)}" in log, log[-3000:]
+    assert f"Report:      {workdir / 'eval_report.md'}" in log
+    assert f"Plots:       {workdir / 'training_curves.png'}" in log
+    assert f"| python -m experiments.translate --workdir={workdir}" in log
     assert "host_memory='reuse': glibc keeps freed memory" in log  # the config's default
     return workdir
 

@@ -254,8 +254,32 @@ def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
     `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too."""
     report = evaluate_workdir(workdir, num_examples=num_examples)
     print("\n".join(summary_lines(report)), flush=True)
-    print(f"Report: {Path(workdir) / REPORT_MD}", flush=True)
+    print("\n".join(where_lines(workdir, report)), flush=True)
     return report
+
+
+def where_lines(workdir: str | Path, report: dict[str, Any]) -> list[str]:
+    """Where a finished run's files are, and the command that translates with its model."""
+    from transformer_jax.data.config import is_source_checkout
+    from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TENSORBOARD_DIR
+
+    workdir = Path(workdir)
+    translate = (
+        "python -m experiments.translate" if is_source_checkout() else "transformer-jax-translate"
+    )
+    lines = [
+        "",
+        f"Model:       {workdir / CHECKPOINT_DIR / str(report['step'])} "
+        f"(with {workdir / 'config.json'} and the tokenizers in {workdir})",
+        f"Report:      {workdir / REPORT_MD}",
+    ]
+    if report.get("curves"):
+        lines.append(f"Plots:       {report['curves']}")
+    lines += [
+        f"TensorBoard: tensorboard --logdir {workdir / TENSORBOARD_DIR}",
+        f'Translate:   echo "i lost my keys ." | {translate} --workdir={workdir}',
+    ]
+    return lines
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
