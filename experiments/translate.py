@@ -4,6 +4,11 @@ r"""Translate sentences with a trained run: flags in, `evaluation.translate_work
     python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 < in.txt > out.txt
     python -m experiments.translate --workdir=runs/fra_eng --input_file=in.txt \
         --format=tsv --output_file=out.tsv --attention_plot=attention.png
+    python -m experiments.translate --engine=ctranslate2 --model_dir=exports/fra_eng_ct2 < in.txt
+
+`--engine=ctranslate2` translates with a CTranslate2 export (`experiments.export
+--format=ctranslate2`; no JAX compilation), with the same input and output behaviour; its
+`--alpha` is CTranslate2's length penalty (scores divided by len^alpha), default 0.
 
 Sentences come from the command line (one per argument, even across a newline), else
 `--input_file` (one per line, split on `\n` only), else stdin. The output (stdout, or
@@ -45,9 +50,21 @@ flags.DEFINE_enum(
     "format", "plain", ["plain", "tsv"], "plain: the translation; tsv: source<TAB>translation."
 )
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
+flags.DEFINE_enum(
+    "engine",
+    "jax",
+    ["jax", "ctranslate2"],
+    "jax: the checkpoint in --workdir; ctranslate2: "
+    "the CTranslate2 export in --model_dir (experiments.export --format=ctranslate2).",
+)
+flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
 
 
 def main(argv: list[str]) -> None:
+    if FLAGS.engine == "ctranslate2":
+        return _main_ctranslate2(argv)
+    if not FLAGS.workdir:
+        launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
     from transformer_jax.evaluation.translate_cli import (
         read_sentences,
         translate_workdir,
@@ -79,9 +96,42 @@ def main(argv: list[str]) -> None:
         sys.exit(2)
 
 
+def _main_ctranslate2(argv: list[str]) -> None:
+    from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, write_lines
+    from transformer_jax.export.ct2_translate import translate_lines
+
+    if not FLAGS.model_dir:
+        launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
+    unsupported = [
+        f"--{name}"
+        for name in ("workdir", "step", "attention_plot", "max_decode_len")
+        if FLAGS[name].value is not None
+    ]
+    if FLAGS.average_last != 1:
+        unsupported.append("--average_last")
+    if unsupported:
+        launch.fatal(
+            f"{', '.join(unsupported)} apply to --engine=jax only; a CTranslate2 export holds "
+            "one set of weights (export an averaged or earlier checkpoint instead)."
+        )
+    try:
+        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+        if not sentences:
+            raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
+        texts = translate_lines(
+            FLAGS.model_dir,
+            sentences,
+            beam_size=FLAGS.beam_size or 1,
+            length_penalty=FLAGS.alpha or 0.0,
+        )
+        write_lines(format_lines(sentences, texts, FLAGS.format), FLAGS.output_file, sys.stdout)
+    except (OSError, ValueError) as error:
+        launch.fatal(str(error))
+
+
 def run() -> None:
     """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
-    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+    app.run(main, flags_parser=launch.flags_parser())
 
 
 if __name__ == "__main__":

@@ -205,3 +205,29 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     assert (int8_dir / "model.bin").stat().st_size < (tmp_path / "ct2" / "model.bin").stat().st_size
     int8_texts = translate_lines(int8_dir, sentences)
     assert sum(a == b for a, b in zip(int8_texts, texts, strict=True)) > len(texts) // 2
+
+
+def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(trained, tmp_path):
+    """`experiments.translate --engine=ctranslate2` reads and writes as the JAX engine does:
+    one line per input line (an empty one for an empty input), the same greedy texts."""
+    convert(load_trained(trained), tmp_path / "ct2")
+    lines = [*corpus_sources(6), "", "Go."]
+    text = "\n".join(lines) + "\n"
+
+    def translate(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "experiments.translate", "--beam_size=1", *flags],
+            input=text, cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+
+    ct2 = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}")
+    jax_engine = translate(f"--workdir={trained}")
+    assert ct2.returncode == 0 and jax_engine.returncode == 0, ct2.stderr + jax_engine.stderr
+    assert ct2.stdout == jax_engine.stdout
+    outputs = ct2.stdout.split("\n")
+    assert len(outputs) == len(lines) + 1 and outputs[-3] == "" and outputs[0]
+
+    refused = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--step=3")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("FATAL: --step apply to --engine=jax only")
