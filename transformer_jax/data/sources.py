@@ -17,7 +17,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import download, fra_eng, preprocessing
+from transformer_jax.data import download, fra_eng, locks, preprocessing
 
 
 def fra_eng_builder(cfg: ml_collections.ConfigDict) -> fra_eng.FraEng:
@@ -54,19 +54,26 @@ def catalogue_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilde
 
 
 def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
-    """The builder for `cfg.name`, built as array_record first if it is not on disk yet."""
-    if cfg.name == config_lib.FRA_ENG:
-        builder = fra_eng_builder(cfg)
-        _check_same_zip(builder, cfg)
-    else:
-        builder = catalogue_builder(cfg)
-    # A no-op when the dataset is already in data_dir.
-    builder.download_and_prepare(
-        file_format="array_record",
-        download_config=tfds.download.DownloadConfig(
-            manual_dir=str(download_manual_dir(cfg)) if cfg.name == config_lib.FRA_ENG else None
-        ),
-    )
+    """The builder for `cfg.name`, built as array_record first if it is not on disk yet.
+
+    One process builds at a time (`locks.exclusive` on a file in data_dir): runs started
+    together on one data_dir wait for the first build and then read it.
+    """
+    lock = Path(cfg.data_dir) / f".{cfg.name.replace('/', '__')}.build.lock"
+    with locks.exclusive(lock, what=f"building {cfg.name}"):
+        # Created under the lock, so a waiting process sees the finished dataset.
+        if cfg.name == config_lib.FRA_ENG:
+            builder = fra_eng_builder(cfg)
+            _check_same_zip(builder, cfg)
+        else:
+            builder = catalogue_builder(cfg)
+        # A no-op when the dataset is already in data_dir.
+        builder.download_and_prepare(
+            file_format="array_record",
+            download_config=tfds.download.DownloadConfig(
+                manual_dir=str(download_manual_dir(cfg)) if cfg.name == config_lib.FRA_ENG else None
+            ),
+        )
     return builder
 
 

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 import ml_collections
 from absl import logging
 
+from transformer_jax.data import locks
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-export)
 from transformer_jax.data.word_tokenizer import WordTokenizer
@@ -110,14 +111,16 @@ def _cached_sentencepiece(
     """
     key = f"spm-{cfg.sp_model_type}-{cfg.vocab_size}-{side}-{_text_hash(sentences)}"
     directory = cache_dir / key
-    if (directory / "tokenizer.json").is_file():
-        logging.info("Reusing SentencePiece model %s", directory)
-        return SentencePieceTokenizer.load(directory)
-    logging.info("Training SentencePiece (%s) on %d sentences", key, len(sentences))
-    tokenizer = SentencePieceTokenizer.train(
-        sentences, vocab_size=cfg.vocab_size, model_type=cfg.sp_model_type
-    )
-    tokenizer.save(directory)
+    # One process trains; others started at the same time wait and load its model.
+    with locks.exclusive(cache_dir / f".{key}.lock", what=f"training SentencePiece {key}"):
+        if (directory / "tokenizer.json").is_file():
+            logging.info("Reusing SentencePiece model %s", directory)
+            return SentencePieceTokenizer.load(directory)
+        logging.info("Training SentencePiece (%s) on %d sentences", key, len(sentences))
+        tokenizer = SentencePieceTokenizer.train(
+            sentences, vocab_size=cfg.vocab_size, model_type=cfg.sp_model_type
+        )
+        tokenizer.save(directory)
     return tokenizer
 
 

@@ -1,0 +1,42 @@
+"""An exclusive lock between processes, for work several runs may start at once on one disk.
+
+Two runs that share a `data_dir` (a sweep's points, the processes of a multi-host run on
+one machine, a test session's workers) would otherwise build the same TFDS dataset or train
+the same SentencePiece model together, and the second to finish fails to rename its
+`incomplete.*` directory onto the first one's. Under the lock, the first builds and the
+others wait, then find the result on disk and reuse it.
+
+`fcntl.flock` locks belong to the open file, so a process that dies releases its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from absl import logging
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
+    """Holds an exclusive lock on `lock_file` (created with its parents) for the block.
+
+    Waits as long as another process holds it, saying once in the log what it waits for.
+    """
+    lock_file = Path(lock_file)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.info("Waiting for another process to finish %s (%s)", what or "", lock_file)
+            start = time.perf_counter()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            logging.info("Lock %s acquired after %.1fs", lock_file, time.perf_counter() - start)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
