@@ -198,18 +198,13 @@ def beam_search(
     best_bound_divisor = length_penalty(length, alpha)
 
     def cond(carry):
-        i, live_logp, _, _, fin_scores, _, _, _ = carry
+        i, live_logp, _, _, fin_scores, _, _ = carry
         best_reachable = jnp.max(live_logp, axis=1) / best_bound_divisor  # (B,)
         worst_finished = jnp.min(fin_scores, axis=1)  # (B,), -inf until W have finished
         return (i < length) & jnp.any(best_reachable > worst_finished)
 
     def body(carry):
-        i, live_logp, live_seqs, last, fin_scores, fin_seqs, rows, state = carry
-        # Reorder the state by the previous step's picks here, at the start of the step, not at
-        # the end of the previous one: XLA then fuses the gather with the step's cache write
-        # into one pass over each (B·W, H, L, K) cache leaf, where gathering after the write
-        # took a pass more (benchmarks/LOG.md).
-        state = gather_rows(state, rows)
+        i, live_logp, live_seqs, last, fin_scores, fin_seqs, state = carry
         logits, state = step_fn(last.reshape(b * w), state)  # (B·W, V)
         vocab = logits.shape[-1]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, w, vocab)
@@ -227,10 +222,10 @@ def beam_search(
         fin_seqs = jnp.take_along_axis(all_seqs, pick[:, :, None], axis=1)  # (B, W, L)
 
         live_logp = jnp.where(ends, NEG_INF, top_logp)  # (B, W)
-        rows = (jnp.arange(b)[:, None] * w + top_beam).reshape(b * w)  # (B·W,) parent rows
-        return i + 1, live_logp, seqs, top_tok, fin_scores, fin_seqs, rows.astype(jnp.int32), state
+        rows = (jnp.arange(b)[:, None] * w + top_beam).reshape(b * w)  # (B·W,)
+        state = gather_rows(state, rows)
+        return i + 1, live_logp, seqs, top_tok, fin_scores, fin_seqs, state
 
-    rows = jnp.arange(b * w, dtype=jnp.int32)  # (B·W,) identity: nothing to reorder at step 0
-    carry = (jnp.array(0, jnp.int32), live_logp, live_seqs, last, fin_scores, fin_seqs, rows, state)
+    carry = (jnp.array(0, jnp.int32), live_logp, live_seqs, last, fin_scores, fin_seqs, state)
     carry = jax.lax.while_loop(cond, body, carry)
     return BeamResult(tokens=carry[5], scores=carry[4])
