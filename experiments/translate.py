@@ -76,9 +76,7 @@ def main(argv: list[str]) -> None:
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         configure_process(load_config(FLAGS.workdir))
-        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-        if not sentences:
-            raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
+        sentences = _sentences(argv, read_sentences)
         lines = translate_workdir(
             FLAGS.workdir,
             sentences,
@@ -92,8 +90,15 @@ def main(argv: list[str]) -> None:
         )
         write_lines(lines, FLAGS.output_file, sys.stdout)
     except (NoCheckpointError, OSError, ValueError) as error:
-        print(f"FATAL: {error}", file=sys.stderr)
-        sys.exit(2)
+        launch.fatal(str(error))
+
+
+def _sentences(argv: list[str], read_sentences) -> list[str]:
+    """The input of either engine: arguments, else --input_file, else stdin."""
+    sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+    if not sentences:
+        raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
+    return sentences
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
@@ -115,9 +120,7 @@ def _main_ctranslate2(argv: list[str]) -> None:
             "one set of weights (export an averaged or earlier checkpoint instead)."
         )
     try:
-        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-        if not sentences:
-            raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
+        sentences = _sentences(argv, read_sentences)
         texts = translate_lines(
             FLAGS.model_dir,
             sentences,
