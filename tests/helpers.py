@@ -41,6 +41,26 @@ def subprocess_env(devices: int | None = None) -> dict[str, str]:
     }
 
 
+def run_npz_worker(
+    script_text: str, directory: Path, args: list[str], devices: int | None = None
+) -> dict[str, np.ndarray]:
+    """Runs `script_text` (a worker that saves arrays with `np.savez(sys.argv[1], ...)`) in a
+    subprocess with `devices` fake CPU devices; returns what it saved."""
+    script = directory / "worker.py"
+    script.write_text(script_text)
+    out = directory / f"worker_{devices or 1}.npz"
+    result = subprocess.run(
+        [sys.executable, str(script), str(out), *args],
+        env=subprocess_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return dict(np.load(out))
+
+
 def random_params(cfg: ModelConfig, seed: int = 0):
     """Random parameters filled on the host from the model's parameter shapes.
 

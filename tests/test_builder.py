@@ -4,8 +4,6 @@ state), on one device and on two fake ones (a subprocess: XLA_FLAGS before jax s
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import run_npz_worker
 
 # Trains the tiny model for STEPS steps twice per mapping, built by `build` and by hand, and
 # saves the flattened initial and final params and the losses (+ one eval nll) of each run.
@@ -109,19 +107,7 @@ WORKER = textwrap.dedent(
 
 
 def _run(tmp_path: Path, devices: int, kinds: list[str]) -> dict[str, np.ndarray]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / f"builder_{devices}.npz"
-    result = subprocess.run(
-        [sys.executable, str(script), str(out), *kinds],
-        env=subprocess_env(devices),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return dict(np.load(out))
+    return run_npz_worker(WORKER, tmp_path, kinds, devices)
 
 
 @pytest.mark.parametrize(("devices", "kinds"), [(1, ["pmap"]), (2, ["pmap", "shard_map"])])

@@ -6,14 +6,12 @@ of the test session must keep the default single device.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import run_npz_worker
 
 # Trains a tiny Transformer on synthetic batches shaped exactly like the data pipeline's,
 # {src, src_len, tgt_in, tgt_out, tgt_weight} with leading axis B_proc (one process: the
@@ -81,20 +79,7 @@ WORKER = textwrap.dedent(
 
 
 def _run(tmp_path: Path, devices: int, runs: list[str]) -> dict[str, np.ndarray]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / f"params_{devices}.npz"
-    env = subprocess_env(devices)
-    result = subprocess.run(
-        [sys.executable, str(script), str(out), *runs],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return dict(np.load(out))
+    return run_npz_worker(WORKER, tmp_path, runs, devices)
 
 
 def test_pmap_shard_map_and_one_device_give_the_same_params(tmp_path):
