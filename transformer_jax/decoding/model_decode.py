@@ -4,7 +4,12 @@
     result = beam_decode(cfg, params, src, src_len, beam_size=4, max_decode_len=10)
     decode = sharded_decoder(cfg, beam_size=4, max_decode_len=10)  # batch split over devices
 
-Encoding, the cache and the whole search loop compile into one XLA program.
+Encoding, the cache and the whole search loop compile into one XLA program. The cached
+search grows its key/value cache with the output (`search.cache_lengths`: room for 8, 16,
+32, ... positions) instead of allocating all `max_decode_len` up front, so each step reads,
+and beam search reorders, about as many positions as it has written: `grow_cache=False`
+keeps one full-size cache (the same tokens and scores; one loop body to compile instead of
+about log2(L / 8)).
 """
 
 from __future__ import annotations
@@ -24,13 +29,18 @@ Array = jnp.ndarray
 DATA_AXIS = "data"
 
 
-def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use_cache):
+def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use_cache, grow_cache):
+    """(step_fn, initial state, grow_fn or None) of a search over B·W rows."""
     memory = steps.encode(config, params, src, src_len)  # (B, S, D)
     rows = memory.shape[0] * beam_size  # B·W hypotheses
+    grow = None
     if use_cache:
+        room = max_decode_len
+        if grow_cache:
+            grow, room = steps.grow_cache, search.cache_lengths(max_decode_len)[0]
         # The projected memory stays at B rows: the W hypotheses of a sentence share it
         # (nn.attention groups their queries), so it is neither tiled nor reordered.
-        cache = steps.init_cache(config, memory, src_len, max_decode_len, rows=rows)
+        cache = steps.init_cache(config, memory, src_len, room, rows=rows)
         memory_cache = steps.project_memory(config, params, memory, src_len, cache)
         step = steps.cached_step(config, params, memory, src_len, memory_cache)
         state = steps.split_cache(cache)[0]
@@ -40,10 +50,10 @@ def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use
             src_len = search.tile_beams(src_len, beam_size)  # (B·W,)
         step = steps.recompute_step(config, params, memory, src_len)
         state = steps.recompute_state(rows, max_decode_len)
-    return step, state
+    return step, state, grow
 
 
-@functools.partial(jax.jit, static_argnames=("config", "max_decode_len", "use_cache"))
+@functools.partial(jax.jit, static_argnames=("config", "max_decode_len", "use_cache", "grow_cache"))
 def greedy_decode(
     config: ModelConfig,
     params: Any,
@@ -52,17 +62,26 @@ def greedy_decode(
     *,
     max_decode_len: int,
     use_cache: bool = True,
+    grow_cache: bool = True,
 ) -> Array:
     """src (B, S), src_len (B,) -> generated ids (B, L), `<eos>` kept, then `<pad>`.
 
-    `use_cache=False` recomputes the decoder over the prefix at every step (the reference).
+    `use_cache=False` recomputes the decoder over the prefix at every step (the reference);
+    `grow_cache=False` gives the cache all L positions from the first step.
     """
     steps.check_decode_len(config, max_decode_len)
-    step, state = _step_and_state(config, params, src, src_len, max_decode_len, 1, use_cache)
-    return search.greedy_search(step, state, src.shape[0], max_decode_len, pad_id=config.pad_id)
+    step, state, grow = _step_and_state(
+        config, params, src, src_len, max_decode_len, 1, use_cache, grow_cache
+    )
+    return search.greedy_search(
+        step, state, src.shape[0], max_decode_len, grow=grow, pad_id=config.pad_id
+    )
 
 
-@functools.partial(jax.jit, static_argnames=("config", "beam_size", "max_decode_len", "use_cache"))
+@functools.partial(
+    jax.jit,
+    static_argnames=("config", "beam_size", "max_decode_len", "use_cache", "grow_cache"),
+)
 def beam_decode(
     config: ModelConfig,
     params: Any,
@@ -73,13 +92,14 @@ def beam_decode(
     max_decode_len: int,
     alpha: float | Array = 0.6,
     use_cache: bool = True,
+    grow_cache: bool = True,
 ) -> search.BeamResult:
     """src (B, S), src_len (B,) -> n-best tokens (B, W, L) and scores (B, W), best first."""
     steps.check_decode_len(config, max_decode_len)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    step, state = _step_and_state(
-        config, params, src, src_len, max_decode_len, beam_size, use_cache
+    step, state, grow = _step_and_state(
+        config, params, src, src_len, max_decode_len, beam_size, use_cache, grow_cache
     )
     return search.beam_search(
         step,
@@ -88,6 +108,7 @@ def beam_decode(
         beam_size,
         max_decode_len,
         alpha=alpha,
+        grow=grow,
         pad_id=config.pad_id,
     )
 

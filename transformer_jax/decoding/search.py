@@ -9,8 +9,11 @@ recomputation). Leaves with a leading axis of N rows are per-row; scalar leaves 
 position indices) are shared. Beam search flattens beams into rows, N = B·W, and reorders the
 state by gathering along axis 0 of every non-scalar leaf.
 
-Both searches are written for `jax.jit`: the whole loop is one `lax.while_loop` with fixed
-shapes, no host syncs per token, and it exits as soon as every row is done.
+Both searches are written for `jax.jit`: the loop is a `lax.while_loop` with fixed shapes, no
+host syncs per token, and it exits as soon as every row is done. Given a `grow` function, the
+loop runs in segments over a state that grows between them (`cache_lengths`): a decoder cache
+then holds 8, 16, 32, ... positions instead of all L from the first step, so early steps attend
+to (and beam search reorders) a short cache.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 Array = jnp.ndarray
 StepFn = Callable[[Array, Any], tuple[Array, Any]]
+# grow(state, n) -> the state with room for n positions (n >= its current room).
+GrowFn = Callable[[Any, int], Any]
 
 NEG_INF = -jnp.inf
 
@@ -52,12 +57,45 @@ def first_argmax(logits: Array) -> Array:
     return jnp.min(jnp.where(logits == row_max, index, vocab), axis=-1)  # (N,)
 
 
+def cache_lengths(max_len: int, first: int = 8) -> tuple[int, ...]:
+    """Room of the decoding segments: `first`, doubling, ending at `max_len`.
+
+    Step i runs in the first segment whose room exceeds i, so the state holds at most about
+    twice the positions written so far. A last segment of less than a quarter more room is
+    merged into the one before (a loop body saved for little gain):
+
+        cache_lengths(32) == (8, 16, 32)    cache_lengths(33) == (8, 16, 33)
+        cache_lengths(5) == (5,)            cache_lengths(40) == (8, 16, 32, 40)
+    """
+    if max_len < 1 or first < 1:
+        raise ValueError(f"max_len and first must be >= 1, got {max_len} and {first}.")
+    lengths = [first]
+    while lengths[-1] * 2 < max_len:
+        lengths.append(lengths[-1] * 2)
+    if 4 * max_len < 5 * lengths[-1]:  # max_len < 1.25 x the last room: merge
+        lengths.pop()
+    return (*lengths, max_len)
+
+
+def _segmented_loop(cond, body, carry: tuple, max_len: int, grow: GrowFn | None) -> tuple:
+    """`lax.while_loop(cond, body, carry)`, run in `cache_lengths(max_len)` segments when
+    `grow` is given: before segment k the state (the carry's last item) grows to its room
+    and the loop stops at step index (the carry's first item) = room."""
+    if grow is None:
+        return jax.lax.while_loop(cond, body, carry)
+    for room in cache_lengths(max_len):
+        carry = (*carry[:-1], grow(carry[-1], room))
+        carry = jax.lax.while_loop(lambda c, r=room: (c[0] < r) & cond(c), body, carry)
+    return carry
+
+
 def greedy_search(
     step_fn: StepFn,
     state: Any,
     batch_size: int,
     max_len: int,
     *,
+    grow: GrowFn | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -69,6 +107,8 @@ def greedy_search(
       state: initial step-function state for B rows.
       batch_size: B.
       max_len: L, the most tokens generated per row (`<eos>` included).
+      grow: if given, decode in `cache_lengths(L)` segments, growing `state` before each;
+        `state` then starts with room for at most the first segment's positions.
 
     Returns:
       (B, L) int32 generated ids: `<eos>` is kept, positions after it hold `<pad>`.
@@ -91,7 +131,7 @@ def greedy_search(
         return i + 1, nxt, tokens, finished, state
 
     carry = (jnp.array(0, jnp.int32), last, tokens, finished, state)
-    return jax.lax.while_loop(cond, body, carry)[2]
+    return _segmented_loop(cond, body, carry, max_len, grow)[2]
 
 
 def chunked_top_k(x: Array, k: int, chunk: int = 128) -> tuple[Array, Array]:
@@ -162,6 +202,7 @@ def beam_search(
     max_len: int,
     *,
     alpha: float | Array = 0.6,
+    grow: GrowFn | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -183,6 +224,7 @@ def beam_search(
       beam_size: W.
       max_len: L, the most tokens generated per hypothesis (`<eos>` included).
       alpha: α ≥ 0 of the length penalty.
+      grow: as in `greedy_search`.
 
     Returns:
       BeamResult with tokens (B, W, L) and scores (B, W), best first.
@@ -227,5 +269,5 @@ def beam_search(
         return i + 1, live_logp, seqs, top_tok, fin_scores, fin_seqs, state
 
     carry = (jnp.array(0, jnp.int32), live_logp, live_seqs, last, fin_scores, fin_seqs, state)
-    carry = jax.lax.while_loop(cond, body, carry)
+    carry = _segmented_loop(cond, body, carry, length, grow)
     return BeamResult(tokens=carry[5], scores=carry[4])

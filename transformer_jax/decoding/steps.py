@@ -61,6 +61,24 @@ def init_cache(
 
 # Cross-attention cache leaves: the projected encoder memory, fixed while a batch decodes.
 MEMORY_LEAVES = ("memory_key", "memory_value", "memory_ready")
+# Self-attention cache leaves, (N, H, L, K): past keys/values along axis 2.
+POSITION_LEAVES = ("cached_key", "cached_value")
+
+
+def grow_cache(cache: Any, length: int) -> Any:
+    """Give every self-attention key/value leaf room for `length` positions (axis 2).
+
+    The new slots are zeros after the written ones: attention masks every slot at or beyond
+    the cache index, so they are never read. A `search.GrowFn` for segmented decoding.
+    """
+    flat = traverse_util.flatten_dict(cache)
+    for path, leaf in flat.items():
+        if path[-1] in POSITION_LEAVES:
+            room = leaf.shape[2]
+            if length < room:
+                raise ValueError(f"Cannot shrink a cache of {room} positions to {length}.")
+            flat[path] = jnp.pad(leaf, ((0, 0), (0, 0), (0, length - room), (0, 0)))
+    return traverse_util.unflatten_dict(flat)
 
 
 def split_cache(cache: Any) -> tuple[Any, Any]:
