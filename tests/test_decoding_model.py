@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import random_params, subprocess_env
-from transformer_jax.decoding import beam_decode, greedy_decode
+from transformer_jax.data.vocab import EOS_ID
+from transformer_jax.decoding import beam_decode, cache_lengths, greedy_decode
 from transformer_jax.nn import ModelConfig, Transformer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +110,42 @@ def test_sinusoidal_decoding_beyond_max_len_equals_recomputation(model):
     full = greedy_decode(cfg, params, src, src_len, max_decode_len=length, use_cache=False)
     assert cached.shape == (src.shape[0], length)
     np.testing.assert_array_equal(np.asarray(cached), np.asarray(full))
+
+
+def _without_eos(params):
+    """A copy whose `<eos>` never wins: every row decodes all L tokens, every segment runs."""
+    params = jax.tree.map(np.array, params)
+    params["output"]["dense"]["bias"][EOS_ID] = -1e9
+    return params
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_growing_cache_equals_a_full_size_cache_and_recomputation(model, beam):
+    """L = 40 decodes in four segments (cache room 8, 16, 32, 40): the tokens and scores of
+    one cache of 40 positions and of recomputing the prefix at every step."""
+    cfg, params, src, src_len = model
+    params, length = _without_eos(params), 40
+    assert cache_lengths(length) == (8, 16, 32, 40)
+
+    def run(**kw):
+        if beam == 1:
+            return greedy_decode(cfg, params, src, src_len, max_decode_len=length, **kw), None
+        out = beam_decode(cfg, params, src, src_len, beam_size=beam, max_decode_len=length, **kw)
+        return out.tokens, out.scores
+
+    (grown, grown_scores), (full, full_scores), (recomputed, recomputed_scores) = (
+        run(grow_cache=True),
+        run(grow_cache=False),
+        run(use_cache=False),
+    )
+    assert (np.asarray(grown) != cfg.pad_id).all()  # every position decoded
+    np.testing.assert_array_equal(np.asarray(grown), np.asarray(full))
+    np.testing.assert_array_equal(np.asarray(grown), np.asarray(recomputed))
+    if beam > 1:
+        np.testing.assert_allclose(np.asarray(grown_scores), np.asarray(full_scores), rtol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(grown_scores), np.asarray(recomputed_scores), rtol=1e-5
+        )
 
 
 def test_sharded_decoding_on_two_devices_matches_one_device(model, tmp_path):
