@@ -48,14 +48,17 @@ def test_runs_keep_whole_pairs_and_only_the_book_truncates():
     assert default.eval.num_test_examples == 1000
 
 
-def test_hour_recipe_is_the_readme_run_for_longer():
+def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     default, hour = fra_eng.get_config(), fra_eng.get_config("hour")
-    assert hour.model == default.model
+    assert default.model.num_encoder_layers == default.model.num_decoder_layers == 2
+    assert hour.model.num_encoder_layers == hour.model.num_decoder_layers == 3
+    hour.model.num_encoder_layers = hour.model.num_decoder_layers = 2
+    assert hour.model == default.model  # only the depth differs
     assert default.data.concat_fraction == 0.2 and hour.data.concat_fraction == 0.0
     hour.data.concat_fraction = default.data.concat_fraction  # measured before joined pairs
     assert hour.data == default.data
     assert (hour.schedule, hour.learning_rate) == (default.schedule, default.learning_rate)
-    assert hour.num_train_steps == 22_000 > default.num_train_steps
+    assert hour.num_train_steps == 17_000 > default.num_train_steps
     # The linear decay reaches 0 at the recipe's own end; validation runs twice.
     assert hour.eval_every_steps == hour.num_train_steps // 2
 
