@@ -173,7 +173,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if variant == "hour":
             c.update(HOUR)
             c.model.num_encoder_layers = c.model.num_decoder_layers = HOUR_LAYERS
-            # Measured without joined pairs (they came after; untried at this length).
+            # No joined pairs: at this length they lifted 16+-word sentences (16.8 -> 18.1) but
+            # not the whole split (41.0 -> 40.4 at 60 minutes; benchmarks/LOG.md).
             c.data.concat_fraction = 0.0
         c.eval_every_steps = c.num_train_steps // 2
         c.data.num_eval_examples = 1000
