@@ -51,8 +51,8 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 # flat while training NLL falls); dropout 0.1 lowered that NLL but cost 1.3 BLEU in the hour.
 # The first recipe, the `small` model (D 256, 3+3, dropout 0.1) for 10,000 steps, reached
 # 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
-HOUR_LAYERS = 3
 HOUR = {
+    "model": {"num_encoder_layers": 3, "num_decoder_layers": 3},  # merged into c.model
     "num_train_steps": 17_000,
     "checkpoint_every_steps": 2_000,
 }
@@ -172,7 +172,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.checkpoint_every_steps = 600
         if variant == "hour":
             c.update(HOUR)
-            c.model.num_encoder_layers = c.model.num_decoder_layers = HOUR_LAYERS
             # No joined pairs: at this length they lifted 16+-word sentences (16.8 -> 18.1) but
             # not the whole split (41.0 -> 40.4 at 60 minutes; benchmarks/LOG.md).
             c.data.concat_fraction = 0.0
