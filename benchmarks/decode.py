@@ -13,6 +13,11 @@ CTranslate2's weight quantisation on load). After one warm-up call each, the set
 timed in turns (`--repeats` rounds, every setting once per round), so a slow spell of a
 shared machine hits them alike; the table gives the best and the median. The latency rows
 translate one `--latency_len`-token sentence into `--latency_len` tokens (greedy).
+
+The process has `--cpu_devices` XLA:CPU devices (default 2, one per core of the project's
+machines, as CTranslate2 gets `--ct2_threads` 2): the plain JAX rows run on the first, and
+the rows "..., N CPU devices" split the batch over all of them as `experiments.translate
+--cpu_devices=N` does (checked to give the same tokens).
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ flags.DEFINE_integer("repeats", 3, "Timed rounds; every setting runs once per ro
 flags.DEFINE_bool("ctranslate2", True, "Also time CTranslate2 float32 and int8 on the weights.")
 flags.DEFINE_integer("ct2_threads", 2, "CTranslate2 intra-op threads.")
 flags.DEFINE_integer("latency_len", 15, "Batch-1 latency: source and output tokens (0 = off).")
+flags.DEFINE_integer(
+    "cpu_devices",
+    2,
+    "XLA:CPU devices of the process (runtime/cpu_devices.py); > 1 adds JAX rows that split the "
+    "batch over them as `experiments.translate --cpu_devices` does (0 = JAX's one).",
+)
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype of the model.")
 flags.DEFINE_enum(
     "host_memory",
@@ -132,13 +143,14 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from configs import model as model_configs
-    from transformer_jax.decoding import beam_decode, greedy_decode
+    from transformer_jax.decoding import beam_decode, greedy_decode, sharded_decoder
     from transformer_jax.nn import ModelConfig
     from transformer_jax.training.config import training_defaults
 
     process = training_defaults()  # the run config's process settings, from the flags
     process.host_memory = FLAGS.host_memory
     runtime.configure_process(process)  # before the first computation
+    runtime.cpu_devices.apply(FLAGS.cpu_devices)
 
     section = model_configs.get_config(FLAGS.variant).to_dict()
     cfg = ModelConfig.from_dict(
@@ -173,6 +185,18 @@ def main(argv: list[str]) -> None:
         name = ("greedy" if beam == 1 else f"beam {beam}") + ("" if cached else " (recompute)")
         settings.append((f"JAX {name}", fn))
         tokens_of[f"JAX {name}"] = tokens
+
+    devices = jax.local_device_count()
+    if devices > 1 and FLAGS.batch % devices == 0:
+        # The user's path with --cpu_devices: each device decodes its share of the rows.
+        for beam in (int(b) for b in FLAGS.beam_sizes):
+            split = sharded_decoder(cfg, beam_size=beam, max_decode_len=length)
+            fn = lambda d=split: d(params, src, src_len)  # noqa: E731
+            name = "JAX " + ("greedy" if beam == 1 else f"beam {beam}")
+            one_device = dict(settings)[name]
+            assert np.array_equal(np.asarray(fn()), np.asarray(one_device())), name
+            settings.append((f"{name}, {devices} CPU devices", fn))
+            tokens_of[f"{name}, {devices} CPU devices"] = tokens
 
     latency = FLAGS.latency_len
     one = src[:1, :latency] if latency else None  # (1, latency) source

@@ -44,18 +44,25 @@ flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
+flags.DEFINE_integer(
+    "cpu_devices",
+    0,
+    "XLA:CPU devices to split each decoding batch over (the same tokens; e.g. the number of "
+    "cores: 12 % faster on 2 cores); 0 = JAX's default, one. See runtime/cpu_devices.py.",
+)
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir
-    from transformer_jax.runtime import configure_process
+    from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.training.checkpoints import NoCheckpointError, load_config
 
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         configure_process(load_config(FLAGS.workdir))
+        cpu_devices.apply(FLAGS.cpu_devices)
         evaluate_workdir(
             FLAGS.workdir,
             split=FLAGS.split,

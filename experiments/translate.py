@@ -58,6 +58,12 @@ flags.DEFINE_enum(
     "the CTranslate2 export in --model_dir (experiments.export --format=ctranslate2).",
 )
 flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
+flags.DEFINE_integer(
+    "cpu_devices",
+    0,
+    "XLA:CPU devices to split each decoding batch over (the same tokens; e.g. the number of "
+    "cores: 12 % faster on 2 cores); 0 = JAX's default, one. See runtime/cpu_devices.py.",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -70,12 +76,13 @@ def main(argv: list[str]) -> None:
         translate_workdir,
         write_lines,
     )
-    from transformer_jax.runtime import configure_process
+    from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.training.checkpoints import NoCheckpointError, load_config
 
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         configure_process(load_config(FLAGS.workdir))
+        cpu_devices.apply(FLAGS.cpu_devices)
         sentences = _sentences(argv, read_sentences)
         lines = translate_workdir(
             FLAGS.workdir,

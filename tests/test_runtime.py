@@ -133,3 +133,36 @@ def test_unrolled_threefry_gives_the_same_bits_without_loops():
         threefry.apply("rolled")  # JAX's default, as this process had it
     np.testing.assert_array_equal(rolled, unrolled)
     assert "while" in rolled_hlo and "while" not in unrolled_hlo
+
+
+def test_cpu_devices_checks_its_value():
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="cpu_devices=.*whole number >= 1"):
+            runtime.cpu_devices.check(bad)
+    runtime.cpu_devices.check(0)
+    runtime.cpu_devices.check(2)
+
+
+def test_cpu_devices_sets_the_count_before_the_backend_and_refuses_after():
+    script = """
+import jax, jax.numpy as jnp
+from transformer_jax.runtime import cpu_devices
+cpu_devices.apply(3)
+print(jax.local_device_count(), float(jnp.ones(2).sum()))
+cpu_devices.apply(3)  # already so: nothing to do
+try:
+    cpu_devices.apply(2)
+except ValueError as error:
+    print(error)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    ).stdout.splitlines()
+    assert out[0] == "3 2.0"
+    assert out[1].startswith("cpu_devices=2 cannot take effect: JAX has already started")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -173,6 +174,37 @@ def test_translate_command_reads_stdin(workdir, tmp_path):
     ]  # fmt: skip
     assert out[3] == "\t"  # an empty input: an empty source and translation
     assert all(ch.isprintable() or ch == "\t" for line in out for ch in line), out
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_evaluate_command_splits_decoding_over_cpu_devices(workdir, tmp_path):
+    """--cpu_devices=3: the report says 3 devices and scores exactly as one device does."""
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.evaluate",
+            f"--workdir={run}",
+            "--num_examples=30",  # not a multiple of 3: the last batch is padded
+            "--cpu_devices=3",
+        ],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    split = json.loads((run / REPORT_JSON).read_text())
+    one = evaluate_workdir(workdir, num_examples=30, num_samples=30, write=False)
+    assert split["devices"] == 3 and one["devices"] != 3
+    assert [s["translation"] for s in split["samples"]] == [
+        s["translation"] for s in one["samples"][: len(split["samples"])]
+    ]
+    assert split["bleu"] == pytest.approx(one["bleu"]) and split["num_sentences"] == 30
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])

@@ -18,6 +18,9 @@ One module per knob, each a run-config key (defaults in `training/config.py`):
   hash without a loop, so dropout masks fuse with it. Only the CPU lowering is registered:
   GPU and TPU already lower it unrolled. Takes effect for functions traced afterwards.
 
+A decoding process may also split its batches over several CPU devices: `cpu_devices`, a
+flag of the translate and evaluate launchers (not a run-config key: training keeps one).
+
 Defaults are chosen for XLA:CPU, where each was measured (benchmarks/README.md, "Numbers
 behind the runtime knobs"); on other backends they are harmless as described above.
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from transformer_jax.runtime import host_memory, threefry, xla_flags
+from transformer_jax.runtime import cpu_devices, host_memory, threefry, xla_flags
 
 
 def configure_process(config: ml_collections.ConfigDict) -> None:
@@ -53,4 +56,4 @@ def check(flags: str, memory: str, lowering: str) -> None:
     threefry.check(lowering)
 
 
-__all__ = ["check", "configure_process", "host_memory", "threefry", "xla_flags"]
+__all__ = ["check", "configure_process", "cpu_devices", "host_memory", "threefry", "xla_flags"]
