@@ -1,6 +1,6 @@
 r"""English -> French on the d2l fra-eng corpus (tatoeba/manythings.org).
 
-Launch (the README's first command; ~5 minutes on 2 Intel Xeon cores, 10m29s on 2 AMD EPYC):
+Launch (the README's first command; ~5 minutes on 2 Intel Xeon cores, ~10 on 2 AMD EPYC):
 
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
 
@@ -12,10 +12,10 @@ Variants, by string argument (big_vision style), combinable with commas:
     --config=configs/fra_eng.py:runlocal            everything tiny, for a laptop or a test
     --config=configs/fra_eng.py:variant=tiny,runlocal
 
-The `hour` recipe: the README run's rate and batches with one more layer on each side (3+3)
-and one SentencePiece model of 4,000 pieces for both languages, whose embedding table the
-encoder, the decoder and the output projection share, run for 15,800 steps instead of
-3,600. As measured by `python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:hour
+The `hour` recipe: the README run (one SentencePiece model of 4,000 pieces for both
+languages, whose table the encoder, the decoder and the output projection share) with one
+more layer on each side (3+3), run for 15,800 steps instead of 3,600. As measured by
+`python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:hour
 --checkpoints_min=10,20,30,60` on 2 CPU cores (AMD EPYC, float32, 2026-11-24, idle),
 sacreBLEU greedy on the whole test split (8,491 pairs; benchmarks/README.md):
 
@@ -47,23 +47,16 @@ from transformer_jax.training.config import training_defaults
 VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIANTS)))
 
 # The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README run (D 128, no
-# dropout, batches of ~2,048 tokens, linear decay from 5e-3) with 3+3 layers and one joint
-# 4,000-piece SentencePiece vocabulary whose table is shared by both embeddings and the output
-# layer, for 15,800 steps, ~57 minutes on 2 CPU cores (curve in the module docstring). The
-# joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end) of 2,000 pieces
-# per language with three tables, though its 4,000-way softmax makes the step 7 % slower.
-# 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit from step
-# ~14,000 (validation NLL flat while training NLL falls); dropout 0.1 lowered that NLL but
-# cost 1.3 BLEU in the hour. The first recipe, the `small` model (D 256, 3+3, dropout 0.1)
-# for 10,000 steps, reached 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
+# dropout, one tied 4,000-piece vocabulary, batches of ~2,048 tokens, linear decay from 5e-3)
+# with 3+3 layers for 15,800 steps, ~57 minutes on 2 CPU cores (curve in the module
+# docstring). The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end)
+# of 2,000 pieces per language with three tables, though its 4,000-way softmax makes the step
+# 7 % slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit
+# from step ~14,000 (validation NLL flat while training NLL falls); dropout 0.1 lowered that
+# NLL but cost 1.3 BLEU in the hour. The first recipe, the `small` model (D 256, 3+3, dropout
+# 0.1) for 10,000 steps, reached 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
 HOUR = {
-    "model": {  # merged into c.model
-        "num_encoder_layers": 3,
-        "num_decoder_layers": 3,
-        "share_embeddings": True,
-        "tie_output": True,
-    },
-    "data": {"shared_vocab": True, "vocab_size": 4000},  # merged into c.data
+    "model": {"num_encoder_layers": 3, "num_decoder_layers": 3},  # merged into c.model
     "num_train_steps": 15_800,
     "checkpoint_every_steps": 2_000,
 }
@@ -138,15 +131,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.num_eval_examples = 1000
         c.eval.num_bleu_examples = 100
     else:
-        # The README's run (variant "default"): D 128, 2+2 layers, F 512, no dropout (a run of
-        # minutes is far from overfitting 150k pairs), SentencePiece 2k per side, the
-        # machine's fast compute dtype ("auto": bfloat16 with AMX, float32 without), and a
-        # fixed budget: warm up to 5e-3, decay linearly to 0 at step 3,600 (1.9 BLEU above
-        # the paper's n^-0.5 decay at the same steps), batches of ~2,048 tokens. Measured
-        # (benchmarks/README.md, 2 CPU cores, cold compilation): 10m29s in all on the EPYC
-        # (5m17s on the Xeon before joined pairs), test BLEU 39.4 on the 1,000 evenly
-        # spaced pairs it reports.
-        # "hour": the same with 3+3 layers and one tied vocabulary (HOUR, above). Other model sizes
+        # The README's run (variant "default"): D 128, 2+2 layers, F 512, no dropout (a run
+        # of minutes is far from overfitting 150k pairs), one SentencePiece model of 4,000
+        # pieces for both languages whose table is both embeddings and the output layer
+        # (+0.7 BLEU over 2,000 per language with three tables at about the same wall time;
+        # +1.4 in the hour: benchmarks/LOG.md), the machine's fast compute dtype ("auto":
+        # bfloat16 with AMX, float32 without), and a fixed budget: warm up to 5e-3, decay
+        # linearly to 0 at step 3,600 (1.9 BLEU above the paper's n^-0.5 decay at the same
+        # steps), batches of ~2,048 tokens. Measured (benchmarks/README.md, 2 CPU cores,
+        # compilation cold): 9m45s in all on the EPYC, test BLEU 40.2 on the 1,000 evenly
+        # spaced pairs it reports (2k per language: 9m48s-10m29s, 39.4; 5m17s on the Xeon
+        # before joined pairs).
+        # "hour": the same with 3+3 layers for 15,800 steps (HOUR, above). Other model sizes
         # keep the paper's D-scaled n^-0.5 schedule, which needs no run length.
         readme_model = variant in ("default", "hour")
         c.model = model_variants.model_section("d2l" if readme_model else variant)
@@ -155,9 +151,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.model.model_dim, c.model.num_heads, c.model.ffn_dim = 128, 4, 512
             c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
             c.model.dtype = "auto"  # bfloat16 on TPU/GPU/AMX CPUs, float32 elsewhere
+            c.model.share_embeddings = c.model.tie_output = True  # one table, three uses
         c.data.tokenizer = "sentencepiece"
-        c.data.vocab_size = 2000  # the output softmax dominates the step time at D = 128
-        c.data.shared_vocab = False  # one SentencePiece model per language
+        # At D = 128 the output softmax dominates the step time: small vocabularies.
+        if readme_model:  # one SentencePiece model for English and French
+            c.data.shared_vocab, c.data.vocab_size = True, 4000
+        else:  # one SentencePiece model per language
+            c.data.shared_vocab, c.data.vocab_size = False, 2000
         # Whole pairs: 64 tokens hold 99.99 % of them (the log prints the percentiles);
         # the rare longer ones are skipped, never cut.
         c.data.max_src_len = c.data.max_tgt_len = 64

@@ -48,20 +48,24 @@ def test_runs_keep_whole_pairs_and_only_the_book_truncates():
     assert default.eval.num_test_examples == 1000
 
 
-def test_hour_recipe_is_the_readme_run_deeper_longer_and_with_one_tied_vocabulary():
+def test_readme_run_and_hour_share_one_tied_vocabulary_and_others_keep_two():
+    for arg in (None, "hour"):
+        c = fra_eng.get_config(arg)
+        assert c.data.shared_vocab and c.data.vocab_size == 4000, arg
+        assert c.model.share_embeddings and c.model.tie_output, arg
+        config_lib.validate_config(c, num_devices=1)
+    small = fra_eng.get_config("small")
+    assert not (small.data.shared_vocab or small.model.share_embeddings)
+
+
+def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     default, hour = fra_eng.get_config(), fra_eng.get_config("hour")
     assert default.model.num_encoder_layers == default.model.num_decoder_layers == 2
     assert hour.model.num_encoder_layers == hour.model.num_decoder_layers == 3
-    # One joint SentencePiece model; its table is both embeddings and the output layer.
-    assert hour.data.shared_vocab and hour.data.vocab_size == 4000
-    assert hour.model.share_embeddings and hour.model.tie_output
-    assert not (default.data.shared_vocab or default.model.share_embeddings)
     hour.model.num_encoder_layers = hour.model.num_decoder_layers = 2
-    hour.model.share_embeddings = hour.model.tie_output = False
-    assert hour.model == default.model  # nothing else of the model differs
+    assert hour.model == default.model  # only the depth differs
     assert default.data.concat_fraction == 0.2 and hour.data.concat_fraction == 0.0
     hour.data.concat_fraction = default.data.concat_fraction  # they did not help the hour
-    hour.data.shared_vocab, hour.data.vocab_size = False, default.data.vocab_size
     assert hour.data == default.data
     assert (hour.schedule, hour.learning_rate) == (default.schedule, default.learning_rate)
     assert hour.num_train_steps == 15_800 > default.num_train_steps
