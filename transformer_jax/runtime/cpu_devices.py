@@ -6,8 +6,9 @@ the cores idle through its elementwise work, top-k and cache updates. With N CPU
 `decoding.decode_ids` splits each batch over them (`model_decode.sharded_decoder`, no
 collectives) and N step loops run side by side, each on its own rows; the tokens are the
 same (tested). On 2 AMD EPYC cores, 2 devices decoded the random `small` model's 64
-sentences 12 % faster with greedy and with beam 4 (benchmarks/README.md); a model as tiny
-as the book's (`d2l`), whose steps are dispatch-bound, decoded no faster or slower.
+sentences 10-14 % faster with greedy and with beam 4 (benchmarks/README.md); a model as
+tiny as the book's (`d2l`), whose steps are dispatch-bound, decoded greedy twice as slowly
+over 3 devices (9 -> 19 ms for 12 sentences), so it stays a switch.
 
 The translate and evaluate launchers take `--cpu_devices` (default 0: JAX's own single
 device, as training runs). It must be set before JAX computes anything in the process, so
