@@ -68,17 +68,21 @@ print(json.dumps({"before": before, "after": after}))
 """
 
 
-def _snapshots(*args: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", _SNAPSHOT, *args],
+def _run_fresh(script: str, *args: str) -> str:
+    """stdout of `script` in a fresh interpreter with a clean environment (no XLA_FLAGS)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
         timeout=300,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    ).stdout
+
+
+def _snapshots(*args: str) -> dict:
+    return json.loads(_run_fresh(_SNAPSHOT, *args).strip().splitlines()[-1])
 
 
 def test_importing_the_package_changes_nothing_in_jax_xla_or_malloc():
@@ -155,14 +159,6 @@ try:
 except ValueError as error:
     print(error)
 """
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"},
-        timeout=300,
-    ).stdout.splitlines()
+    out = _run_fresh(script).splitlines()
     assert out[0] == "3 2.0"
     assert out[1].startswith("cpu_devices=2 cannot take effect: JAX has already started")
