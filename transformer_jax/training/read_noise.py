@@ -8,13 +8,20 @@ from C++, and Python reports the `RuntimeError: Event loop is closed` through
 line that says which checkpoint is bad. (Measured with orbax-checkpoint 0.12.8 and a
 random-bytes ocdbt file: 13-26 per failed tiny checkpoint, 150-450 for the default model.)
 
-`quiet_failed_reads()` installs a hook that drops exactly those reports and passes every
-other unraisable exception to the hook it replaced, which it puts back on exit.
+The reads orbax abandoned also leave asyncio tasks holding their errors; when such a task
+is garbage-collected, asyncio logs "Task exception was never retrieved" with the error, one
+ERROR record per array, whenever the collector happens to run (so sometimes after the
+restore returned). `quiet_failed_reads()` installs a hook that drops exactly the closed-loop
+reports and passes every other unraisable exception to the hook it replaced, and a filter
+on the "asyncio" logger that drops the never-retrieved task errors; `drain` collects the
+abandoned tasks while both are in place. Both are removed on exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import logging
 import sys
 import threading
 import time
@@ -22,10 +29,12 @@ from collections.abc import Iterator
 from typing import Any
 
 _CLOSED_LOOP = "Event loop is closed"
+_NEVER_RETRIEVED = "Task exception was never retrieved"
 
 
-class _Quiet:
+class _Quiet(logging.Filter):
     def __init__(self, previous: Any):
+        super().__init__()
         self.previous = previous
         self.dropped = 0
         self.last = time.monotonic()
@@ -40,23 +49,38 @@ class _Quiet:
             return
         self.previous(unraisable)
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        """A logging filter for "asyncio": False (drop) for an abandoned read's task error."""
+        if str(record.msg).startswith(_NEVER_RETRIEVED):
+            with self._lock:
+                self.dropped += 1
+                self.last = time.monotonic()
+            return False
+        return True
+
     def drain(self, quiet_for: float, limit: float) -> None:
-        """Waits until no late report came for `quiet_for` seconds (at most `limit`)."""
+        """Waits until no late report came for `quiet_for` seconds (at most `limit`), then
+        collects the abandoned tasks, so their errors are reported (and dropped) here."""
         end = time.monotonic() + limit
         while time.monotonic() < end and time.monotonic() - self.last < quiet_for:
             time.sleep(0.02)
+        gc.collect()
 
 
 @contextlib.contextmanager
 def quiet_failed_reads() -> Iterator[_Quiet]:
-    """Drops the "Event loop is closed" reports of orbax's reader threads inside the block.
+    """Drops the "Event loop is closed" reports of orbax's reader threads and asyncio's
+    "Task exception was never retrieved" records inside the block.
 
     After a read failed, call `.drain(quiet_for, limit)` on the yielded object before leaving
     the block: tensorstore may finish its other reads a moment after orbax gave up.
     """
     quiet = _Quiet(sys.unraisablehook)
+    asyncio_logger = logging.getLogger("asyncio")
     sys.unraisablehook = quiet.hook
+    asyncio_logger.addFilter(quiet)
     try:
         yield quiet
     finally:
+        asyncio_logger.removeFilter(quiet)
         sys.unraisablehook = quiet.previous
