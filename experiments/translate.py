@@ -7,8 +7,9 @@ r"""Translate sentences with a trained run: flags in, `evaluation.translate_work
     python -m experiments.translate --engine=ctranslate2 --model_dir=exports/fra_eng_ct2 < in.txt
 
 `--engine=ctranslate2` translates with a CTranslate2 export (`experiments.export
---format=ctranslate2`; no JAX compilation), with the same input and output behaviour; its
-`--alpha` is CTranslate2's length penalty (scores divided by len^alpha), default 0.
+--format=ctranslate2`; no JAX compilation), with the same input and output behaviour and the
+run's beam size (recorded at export); its `--alpha` is CTranslate2's length penalty (scores
+divided by len^alpha), default 0.
 
 Sentences come from the command line (one per argument, even across a newline), else
 `--input_file` (one per line, split on `\n` only), else stdin. The output (stdout, or
@@ -131,7 +132,7 @@ def _main_ctranslate2(argv: list[str]) -> None:
         texts = translate_lines(
             FLAGS.model_dir,
             sentences,
-            beam_size=FLAGS.beam_size or 1,
+            beam_size=FLAGS.beam_size,  # None: the run's, from export.json
             length_penalty=FLAGS.alpha or 0.0,
         )
         write_lines(format_lines(sentences, texts, FLAGS.format), FLAGS.output_file, sys.stdout)

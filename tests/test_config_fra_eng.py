@@ -58,6 +58,20 @@ def test_readme_run_and_hour_share_one_tied_vocabulary_and_others_keep_two():
     assert not (small.data.shared_vocab or small.model.share_embeddings)
 
 
+def test_readme_run_and_hour_translate_with_beam_4_and_the_book_and_runlocal_greedily():
+    from transformer_jax.inference import decode_settings
+
+    for arg in (None, "hour"):  # one setting: the run's reports, translate and evaluate
+        c = fra_eng.get_config(arg)
+        assert c.eval.beam_size == 4 and c.eval.alpha == 0.6, arg
+        assert decode_settings(c)["beam_size"] == 4, arg
+        assert decode_settings(c, beam_size=1)["beam_size"] == 1  # --beam_size=1 wins
+    for arg in ("d2l", "runlocal", "hour,runlocal", "small"):
+        assert fra_eng.get_config(arg).eval.beam_size == 1, arg
+    # The beam pays for a third of the README run's steps (configs/fra_eng.py).
+    assert fra_eng.get_config().num_train_steps == 2400
+
+
 def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     default, hour = fra_eng.get_config(), fra_eng.get_config("hour")
     assert default.model.num_encoder_layers == default.model.num_decoder_layers == 2

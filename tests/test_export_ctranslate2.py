@@ -4,6 +4,7 @@ JAX search on a tiny trained run."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.decoding import beam_decode, greedy_decode
 from transformer_jax.export import UnsupportedModelError, convert, load_trained
 from transformer_jax.export.ct2_translate import translate_lines
+from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig, Transformer
 
@@ -199,6 +201,16 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     # Raw input gets the run's preprocessing; an empty line gives an empty translation.
     raw = translate_lines(tmp_path / "ct2", ["Go.", "", "go ."], translator=translator)
     assert raw[0] == raw[2] and raw[1] == ""
+    # The run's beam size is the serving default, as in the JAX engine (this run's is 1).
+    manifest_path = tmp_path / "ct2" / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["decoding"]["beam_size"] == 1
+    manifest["decoding"]["beam_size"] = 4
+    manifest_path.write_text(json.dumps(manifest))
+    run_default = translate_lines(tmp_path / "ct2", sentences, translator=translator)
+    beam_texts = translate_lines(tmp_path / "ct2", sentences, beam_size=4, translator=translator)
+    assert run_default == beam_texts != texts
+    assert translate_lines(tmp_path / "ct2", sentences, beam_size=1, translator=translator) == texts
 
     output = finish(cli, timeout=120)
     assert "Exported" in output

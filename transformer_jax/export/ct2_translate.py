@@ -53,7 +53,7 @@ def translate_lines(
     model_dir: str | Path,
     sentences: Sequence[str],
     *,
-    beam_size: int = 1,
+    beam_size: int | None = None,
     length_penalty: float = 0.0,
     max_len_a: float | None = None,
     max_len_b: int | None = None,
@@ -64,6 +64,7 @@ def translate_lines(
 ) -> list[str]:
     """Translations of `sentences` (one each, "" for an empty one) by a CTranslate2 export.
 
+    beam_size: 1 = greedy search; default the run's (`export.json`; 1 for older exports).
     max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
@@ -73,11 +74,12 @@ def translate_lines(
     from transformer_jax.data.tokenizers import load_tokenizer
     from transformer_jax.data.vocab import EOS_ID
 
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
     decoding = manifest.get("decoding", {})
+    beam_size = int(decoding.get("beam_size", 1)) if beam_size is None else beam_size
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     a = decoding.get("max_len_a", DEFAULT_MAX_LEN_A) if max_len_a is None else max_len_a
     b = decoding.get("max_len_b", DEFAULT_MAX_LEN_B) if max_len_b is None else max_len_b
     limit = int(manifest["max_positions"])

@@ -323,6 +323,6 @@ def export_ctranslate2(
 
 
 def run_manifest(model: Translator) -> dict[str, Any]:
-    """What serving needs from the run: the output budget and the input preprocessing."""
-    decoding = {k: model.settings[k] for k in ("max_len_a", "max_len_b")}
+    """What serving needs from the run: its search width, output budget and preprocessing."""
+    decoding = {k: model.settings[k] for k in ("beam_size", "max_len_a", "max_len_b")}
     return {"decoding": decoding, "book_style": model.book_style}
