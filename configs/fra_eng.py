@@ -56,7 +56,10 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 # NLL but cost 1.3 BLEU in the hour. The first recipe, the `small` model (D 256, 3+3, dropout
 # 0.1) for 10,000 steps, reached 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
 HOUR = {
-    "model": {"num_encoder_layers": 3, "num_decoder_layers": 3},  # merged into c.model
+    # Merged into c.model. The hour was measured post-norm at a 5e-3 peak, and keeps them:
+    # the README run's pre-norm at 8e-3 (below) has not been run for an hour.
+    "model": {"num_encoder_layers": 3, "num_decoder_layers": 3, "norm_placement": "post"},
+    "learning_rate": 5e-3,
     "num_train_steps": 15_800,
     "checkpoint_every_steps": 2_000,
 }
@@ -136,16 +139,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # pieces for both languages whose table is both embeddings and the output layer
         # (+0.7 BLEU over 2,000 per language with three tables at about the same wall time;
         # +1.4 in the hour: benchmarks/LOG.md), the machine's fast compute dtype ("auto":
-        # bfloat16 with AMX, float32 without), and a fixed budget: warm up to 5e-3, decay
-        # linearly to 0 at step 2,400 (1.9 BLEU above the paper's n^-0.5 decay at 3,600
-        # steps), batches of ~2,048 tokens, and beam search (4, α 0.6) for every translation
-        # it makes. Beam 4 is worth about a third of the steps: on its 1,000 test pairs,
-        # 3,600 steps scored 39.7 greedy and 41.7 with beam 4, 2,400 steps 36.9 and 38.1
-        # (AVX2-only EPYC, 2026-11-25: 22m35s and 13m04s in all; benchmarks/LOG.md), so the
-        # README run takes the shorter budget and the beam (the issue asks for >= 36 BLEU in
-        # as few minutes as possible). Earlier, 3,600 steps took 9m45s on an AVX-512 EPYC.
-        # "hour": the same with 3+3 layers for 15,800 steps (HOUR, above). Other model sizes
-        # keep the paper's D-scaled n^-0.5 schedule, which needs no run length.
+        # bfloat16 with AMX, float32 without), norm first, and a fixed budget: warm up to
+        # 8e-3, decay linearly to 0 at step 2,400 (post-norm at 5e-3: 1.9 BLEU above the
+        # paper's n^-0.5 decay at 3,600 steps), batches of ~2,048 tokens, and beam search
+        # (4, α 0.6) for every translation it makes. Beam 4 is worth about a third of the
+        # steps: on its 1,000 test pairs, post-norm at 5e-3 scored 39.7 greedy and 41.7
+        # with beam 4 after 3,600 steps, 36.9 and 38.1 after 2,400 (AVX2-only EPYC,
+        # 2026-11-25: 22m35s and 13m04s in all), and pre-norm at 8e-3 37.1 and 38.6 after
+        # 2,400 (benchmarks/LOG.md). So the README run takes the shorter budget and the beam:
+        # the issue asks for >= 36 BLEU in as few minutes as possible.
+        # "hour": post-norm at 5e-3 with 3+3 layers for 15,800 steps (HOUR, above). Other
+        # sizes keep the paper's D-scaled n^-0.5 schedule, which needs no run length.
         readme_model = variant in ("default", "hour")
         c.model = model_variants.model_section("d2l" if readme_model else variant)
         if readme_model:
@@ -154,6 +158,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
             c.model.dtype = "auto"  # bfloat16 on TPU/GPU/AMX CPUs, float32 elsewhere
             c.model.share_embeddings = c.model.tie_output = True  # one table, three uses
+            # Norm first (with a final LayerNorm) trains at a peak of 8e-3, where post-norm
+            # stalled: at 2,400 steps whole-split greedy BLEU 36.13 against 35.50, validation
+            # NLL 1.237 against 1.295 (benchmarks/LOG.md, 2026-11-25).
+            c.model.norm_placement = "pre"
         c.data.tokenizer = "sentencepiece"
         # At D = 128 the output softmax dominates the step time: small vocabularies.
         if readme_model:  # one SentencePiece model for English and French
@@ -176,7 +184,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             c.data.concat_fraction = 0.2
         c.label_smoothing = 0.1
         if readme_model:
-            c.schedule, c.learning_rate, c.warmup_steps = "linear", 5e-3, 400
+            c.schedule, c.learning_rate, c.warmup_steps = "linear", 8e-3, 400
             c.num_train_steps = 2400
             c.eval.beam_size = 4  # translate, evaluate and the run's own reports
         else:
@@ -209,6 +217,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.data.num_eval_examples = 64
         c.num_epochs, c.num_train_steps = 0, 20
         c.warmup_steps = 10
+        if tiny:
+            c.learning_rate = 5e-3  # the tiny model is post-norm (the README's 8e-3 is pre)
         c.log_every_steps = 5
         c.eval_every_steps = c.checkpoint_every_steps = 10
         c.eval.num_bleu_examples = 16
