@@ -1,6 +1,6 @@
 r"""English -> French on the d2l fra-eng corpus (tatoeba/manythings.org).
 
-Launch (the README's first command; 13m25s on 2 AVX2-only AMD EPYC cores, 2026-11-25):
+Launch (the README's first command; 12m21s on 2 AVX2-only AMD EPYC cores, 2026-11-25):
 
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
 
@@ -12,10 +12,10 @@ Variants, by string argument (big_vision style), combinable with commas:
     --config=configs/fra_eng.py:runlocal            everything tiny, for a laptop or a test
     --config=configs/fra_eng.py:variant=tiny,runlocal
 
-The `hour` recipe: the README run (one SentencePiece model of 4,000 pieces for both
+The `hour` recipe: the README model (one SentencePiece model of 4,000 pieces for both
 languages, whose table the encoder, the decoder and the output projection share) with one
-more layer on each side (3+3), run for 15,800 steps instead of 2,400. As measured by
-`python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:hour
+more layer on each side (3+3), post-norm at a 5e-3 peak, for 15,800 steps instead of
+2,400. As measured by `python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:hour
 --checkpoints_min=10,20,30,60` on 2 CPU cores (AMD EPYC, float32, 2026-11-24, idle),
 sacreBLEU greedy on the whole test split (8,491 pairs; benchmarks/README.md):
 
@@ -46,15 +46,15 @@ from transformer_jax.training.config import training_defaults
 # The recipes of this file, then every model size of nn/variants.py (d2l is both: once).
 VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIANTS)))
 
-# The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README run (D 128, no
-# dropout, one tied 4,000-piece vocabulary, batches of ~2,048 tokens, linear decay from 5e-3)
-# with 3+3 layers for 15,800 steps, ~57 minutes on 2 CPU cores (curve in the module
-# docstring). The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end)
-# of 2,000 pieces per language with three tables, though its 4,000-way softmax makes the step
-# 7 % slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit
-# from step ~14,000 (validation NLL flat while training NLL falls); dropout 0.1 lowered that
-# NLL but cost 1.3 BLEU in the hour. The first recipe, the `small` model (D 256, 3+3, dropout
-# 0.1) for 10,000 steps, reached 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
+# The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README model (D 128, no dropout,
+# one tied 4,000-piece vocabulary, batches of ~2,048 tokens), post-norm with a linear decay from
+# 5e-3, with 3+3 layers for 15,800 steps, ~57 minutes on 2 Zen 4 EPYC cores (curve in the module
+# docstring). The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end) of
+# 2,000 pieces per language with three tables, though its 4,000-way softmax makes the step 7 %
+# slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit from step
+# ~14,000 (validation NLL flat while training NLL falls); dropout 0.1 lowered that NLL but cost 1.3
+# BLEU in the hour. The first recipe, the `small` model (D 256, 3+3, dropout 0.1) for 10,000 steps,
+# reached 36.9 in an hour on a CPU twice as fast (benchmarks/LOG.md).
 HOUR = {
     # Merged into c.model. The hour was measured post-norm at a 5e-3 peak, and keeps them:
     # the README run's pre-norm at 8e-3 (below) has not been run for an hour.
