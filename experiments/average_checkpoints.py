@@ -26,6 +26,7 @@ flags.DEFINE_string("output_workdir", None, "Where to write; default <workdir>_a
 
 
 def main(argv: list[str]) -> None:
+    launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.inference import Translator

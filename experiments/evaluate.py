@@ -53,6 +53,7 @@ flags.DEFINE_integer(
 
 
 def main(argv: list[str]) -> None:
+    launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir

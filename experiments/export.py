@@ -30,6 +30,7 @@ _FORCE = flags.DEFINE_bool("force", False, "Overwrite an existing output_dir.")
 
 
 def main(argv: list[str]) -> None:
+    launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     del argv
     if _FORMAT.value == "ctranslate2":
         from transformer_jax.export.ctranslate2 import export_ctranslate2

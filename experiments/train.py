@@ -83,9 +83,8 @@ def main(argv: list[str]) -> None:
         )
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     from transformer_jax import training  # after distributed.initialize: it touches devices
-    from transformer_jax.training.metrics import quiet_library_logs
 
-    quiet_library_logs()
+    launch.quiet_library_logs()
 
     if FLAGS.print_config:
         try:  # the values are known good: this checks the batch against the devices

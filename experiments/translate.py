@@ -68,6 +68,7 @@ flags.DEFINE_integer(
 
 
 def main(argv: list[str]) -> None:
+    launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     if FLAGS.engine == "ctranslate2":
         return _main_ctranslate2(argv)
     if not FLAGS.workdir:

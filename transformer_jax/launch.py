@@ -25,12 +25,14 @@ the messages below, and then lets absl parse. Use it in any launcher:
         app.run(main, flags_parser=launch.flags_parser(required=("config", "workdir")))
 
 `print_config(config)` prints a resolved config (for `--print_config`).
+`quiet_library_logs()` keeps orbax's routine records out of a launcher's stderr.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.util
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -88,6 +90,37 @@ def flags_parser(
         return rest
 
     return parse
+
+
+# Warnings orbax logs whenever a checkpoint is opened read-only, as translate, evaluate,
+# export and averaging do on purpose: they report no problem, and a user reads them as one.
+_READ_ONLY_NOTICES = (
+    "CheckpointManagerOptions.read_only=True",
+    "Given directory is read only",
+)
+
+
+def _routine_orbax_record(record: logging.LogRecord) -> bool:
+    if "/orbax/" not in record.pathname.replace("\\", "/"):
+        return False
+    if record.levelno < logging.WARNING:
+        return True  # several INFO records per save and restore
+    return record.levelno == logging.WARNING and str(record.msg).startswith(_READ_ONLY_NOTICES)
+
+
+def quiet_library_logs() -> None:
+    """Drops orbax's routine records from the absl log: its INFO records (several per save
+    or restore) and its notices that a checkpoint directory is opened read-only. Other
+    warnings and errors, orbax's included, still print. Call it once in a launcher's main."""
+    from absl import logging as absl_logging
+
+    handler = absl_logging.get_absl_handler()
+    if not any(f is _keep_record for f in handler.filters):
+        handler.addFilter(_keep_record)
+
+
+def _keep_record(record: logging.LogRecord) -> bool:
+    return not _routine_orbax_record(record)
 
 
 def resolve_config_path(path: str) -> str:

@@ -120,16 +120,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def quiet_library_logs() -> None:
-    """Drops orbax's INFO records (several per save) from the absl log; keeps warnings."""
-    import logging as py_logging
-
-    def keep(record: py_logging.LogRecord) -> bool:
-        return record.levelno >= py_logging.WARNING or "/orbax/" not in record.pathname
-
-    logging.get_absl_handler().addFilter(keep)
-
-
 def log(message: str, *args: Any) -> None:
     """Progress goes to the absl log (stderr under `experiments/train.py`), process 0 only."""
     import jax
