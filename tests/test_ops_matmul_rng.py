@@ -185,3 +185,24 @@ def test_hessian_vector_products_differentiate_the_custom_vjp():
         return jax.grad(lambda x: jnp.vdot(jax.grad(f)(x), v))(a)
 
     np.testing.assert_allclose(hvp(ours), hvp(plain), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "spec,shape_a,shape_b,large",
+    [
+        # Tied output embedding (B*T = 256, V = 1000, D = 32): the weight gradient "VD" is a
+        # small result; XLA must not produce it by laying out the (B*T, V) logits gradient
+        # as (V, B*T).
+        ("BTD,VD->BTV", (8, 32, 32), (1000, 32), (1000, 256)),
+        # The FFN's second weights "FD": not the (B*T, F) activations as (F, B*T).
+        ("BTF,FD->BTD", (8, 32, 512), (512, 32), (512, 256)),
+    ],
+)
+def test_compiled_gradients_lay_out_no_large_operand_transposed(spec, shape_a, shape_b, large):
+    """What XLA:CPU runs (the optimised HLO), not only the jaxpr: asked for a transposed
+    result, XLA swaps the dot's operands and transposes the large one instead."""
+    a, b = (jnp.ones(s, jnp.float32) for s in (shape_a, shape_b))
+    loss = lambda x, y: jnp.sum(jnp.sin(ops.einsum(spec, x, y, gradients="tuned")))  # noqa: E731
+    hlo = jax.jit(jax.grad(loss, (0, 1))).lower(a, b).compile().as_text()
+    transposed = f"f32[{large[0]},{large[1]}]"
+    assert transposed not in hlo, [line for line in hlo.splitlines() if transposed in line][:3]

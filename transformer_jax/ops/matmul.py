@@ -175,7 +175,22 @@ def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:
     if order != lhs:
         # Behind a barrier: XLA would fold a bare transpose back into the dot.
         x = jax.lax.optimization_barrier(jnp.transpose(x, [lhs.index(i) for i in order]))
-    return _dot(f"{order},{rhs}->{out}", x, y, out_dtype)
+    natural = _natural_out(order, rhs, out)
+    result = _dot(f"{order},{rhs}->{natural}", x, y, out_dtype)
+    if natural == out:
+        return result
+    # The dot in its natural order, then the result transposed, again behind a barrier:
+    # asked for `out` directly, XLA swaps the operands to produce it and transposes the
+    # other one instead (the (B·T, V) logits gradient for the tied output's "VD").
+    result = jax.lax.optimization_barrier(result)
+    return jnp.transpose(result, [natural.index(i) for i in out])
+
+
+def _natural_out(order: str, rhs: str, out: str) -> str:
+    """The output order of a dot whose left operand is in `order` (batch, kept, contracted):
+    batch, the left operand's kept indices, then the right operand's."""
+    kept_left = "".join(i for i in order if i in out)
+    return kept_left + "".join(i for i in rhs if i in out and i not in kept_left)
 
 
 def _contract_minor_order(lhs: str, rhs: str, out: str) -> str:
@@ -188,8 +203,7 @@ def _contract_minor_order(lhs: str, rhs: str, out: str) -> str:
 def _transposed_elements(lhs: str, x: Array, rhs: str, y: Array, out: str) -> int:
     """Elements transposed when `lhs,rhs->out` runs with the left operand contracted-minor."""
     order = _contract_minor_order(lhs, rhs, out)
-    natural = order[: len(order) - sum(i not in out for i in lhs)]  # batch + kept
-    natural += "".join(i for i in rhs if i in out and i not in natural)
+    natural = _natural_out(order, rhs, out)
     sizes = dict(zip(lhs, x.shape, strict=True)) | dict(zip(rhs, y.shape, strict=True))
     cost = x.size if order != lhs else 0
     return cost + (math.prod(sizes[i] for i in out) if natural != out else 0)
