@@ -1,6 +1,6 @@
 r"""English -> French on the d2l fra-eng corpus (tatoeba/manythings.org).
 
-Launch (the README's first command; 12m21s on 2 AVX2-only AMD EPYC cores, 2026-11-25):
+Launch (the README's first command; 10m57s on 2 AVX2-only AMD EPYC cores, 2026-11-25):
 
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
 
