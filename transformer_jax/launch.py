@@ -100,14 +100,6 @@ _READ_ONLY_NOTICES = (
 )
 
 
-def _routine_orbax_record(record: logging.LogRecord) -> bool:
-    if "/orbax/" not in record.pathname.replace("\\", "/"):
-        return False
-    if record.levelno < logging.WARNING:
-        return True  # several INFO records per save and restore
-    return record.levelno == logging.WARNING and str(record.msg).startswith(_READ_ONLY_NOTICES)
-
-
 def quiet_library_logs() -> None:
     """Drops orbax's routine records from the absl log: its INFO records (several per save
     or restore) and its notices that a checkpoint directory is opened read-only. Other
@@ -120,7 +112,12 @@ def quiet_library_logs() -> None:
 
 
 def _keep_record(record: logging.LogRecord) -> bool:
-    return not _routine_orbax_record(record)
+    """False (drop) for orbax's INFO records and its read-only notices; True otherwise."""
+    if "/orbax/" not in record.pathname.replace("\\", "/"):
+        return True
+    if record.levelno < logging.WARNING:
+        return False  # several INFO records per save and restore
+    return record.levelno > logging.WARNING or not str(record.msg).startswith(_READ_ONLY_NOTICES)
 
 
 def resolve_config_path(path: str) -> str:
