@@ -39,6 +39,12 @@ flags.DEFINE_integer(
     None,
     "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
 )
+flags.DEFINE_integer(
+    "split_len",
+    None,
+    "Translate an input of several sentences longer than this many tokens (with <eos>) in "
+    "parts of whole sentences; 1 = sentence by sentence, 0 = whole; default eval.split_len.",
+)
 flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default from config.")
 flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
@@ -72,6 +78,7 @@ def main(argv: list[str]) -> None:
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             max_decode_len=FLAGS.max_decode_len,
+            split_len=FLAGS.split_len,
             batch_size=FLAGS.batch_size,
             num_examples=FLAGS.num_examples,
             num_samples=FLAGS.num_samples,

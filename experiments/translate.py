@@ -45,6 +45,12 @@ flags.DEFINE_integer(
     None,
     "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
 )
+flags.DEFINE_integer(
+    "split_len",
+    None,
+    "Translate an input of several sentences longer than this many tokens (with <eos>) in "
+    "parts of whole sentences; 1 = sentence by sentence, 0 = whole; default eval.split_len.",
+)
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
 flags.DEFINE_string("output_file", None, "Write the translations here (UTF-8); default stdout.")
 flags.DEFINE_enum(
@@ -95,6 +101,7 @@ def main(argv: list[str]) -> None:
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
             max_decode_len=FLAGS.max_decode_len,
+            split_len=FLAGS.split_len,
             attention_plot=FLAGS.attention_plot,
         )
         write_lines(lines, FLAGS.output_file, sys.stdout)
@@ -134,6 +141,7 @@ def _main_ctranslate2(argv: list[str]) -> None:
             FLAGS.model_dir,
             sentences,
             beam_size=FLAGS.beam_size,  # None: the run's, from export.json
+            split_len=FLAGS.split_len,  # None: the run's, from export.json
             length_penalty=FLAGS.alpha or 0.0,
         )
         write_lines(format_lines(sentences, texts, FLAGS.format), FLAGS.output_file, sys.stdout)

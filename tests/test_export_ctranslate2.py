@@ -16,7 +16,9 @@ import pytest
 from tests.helpers import REPO, finish, launch, random_params, subprocess_env
 from transformer_jax.data.config import data_config
 from transformer_jax.data.corpus import read_pairs
+from transformer_jax.data.encoding import encode_text
 from transformer_jax.data.preprocessing import preprocess_nmt
+from transformer_jax.data.segmenting import segment
 from transformer_jax.data.vocab import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.decoding import beam_decode, greedy_decode
@@ -205,6 +207,7 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     manifest_path = tmp_path / "ct2" / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     assert manifest["decoding"]["beam_size"] == 1
+    assert manifest["decoding"]["split_len"] == 1  # the run's eval.split_len
     manifest["decoding"]["beam_size"] = 4
     manifest_path.write_text(json.dumps(manifest))
     run_default = translate_lines(tmp_path / "ct2", sentences, translator=translator)
@@ -221,9 +224,14 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
 
 def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(trained, tmp_path):
     """`experiments.translate --engine=ctranslate2` reads and writes as the JAX engine does:
-    one line per input line (an empty one for an empty input), the same greedy texts."""
-    convert(load_trained(trained), tmp_path / "ct2")
-    lines = [*corpus_sources(6), "", "Go."]
+    one line per input line (an empty one for an empty input), the same greedy texts, and a
+    paragraph cut at the same sentence ends."""
+    model = load_trained(trained)
+    convert(model, tmp_path / "ct2")
+    paragraph = " ".join(corpus_sources(40)[::4])  # 10 sentences
+    parts = segment(paragraph, lambda t: len(encode_text(model.src_tokenizer, t)), 1)
+    assert len(parts) >= 10
+    lines = [*corpus_sources(6), paragraph, "", "Go."]
     text = "\n".join(lines) + "\n"
 
     def translate(*flags: str) -> subprocess.CompletedProcess:
@@ -239,6 +247,8 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
     assert ct2.stdout == jax_engine.stdout
     outputs = ct2.stdout.split("\n")
     assert len(outputs) == len(lines) + 1 and outputs[-3] == "" and outputs[0]
+    part_texts = translate_lines(tmp_path / "ct2", parts, beam_size=1)
+    assert outputs[6] == " ".join(t for t in part_texts if t)
 
     refused = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--step=3")
     assert refused.returncode == 2

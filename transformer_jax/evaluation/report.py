@@ -137,6 +137,7 @@ def evaluate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_decode_len: int | None = None,
+    split_len: int | None = None,
     batch_size: int | None = None,
     num_examples: int = 0,
     num_samples: int = 10,
@@ -148,7 +149,8 @@ def evaluate_workdir(
     TFDS slices allowed); default the run's `data.test_split`. By default every pair of the
     split; `num_examples` > 0 keeps n pairs evenly spaced over it (`data.spread_subset`:
     the same pairs every time, with the split's length mix). Decoding settings default to
-    the run config's (`inference.decode_settings`: beam size, α, the output budget a·S + b).
+    the run config's (`inference.decode_settings`: beam size, α, the output budget a·S + b,
+    the length above which an input is translated in parts cut at sentence ends).
     Writes `eval_report.json`, `eval_report.md` and `training_curves.png` (from
     metrics.jsonl) into the workdir unless `write=False`; returns the report dict.
     """
@@ -179,6 +181,7 @@ def evaluate_workdir(
             beam_size=beam_size,
             alpha=alpha,
             max_decode_len=max_decode_len,
+            split_len=split_len,
             batch_size=batch_size,
         ),
     }

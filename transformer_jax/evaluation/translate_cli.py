@@ -98,6 +98,7 @@ def translate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_decode_len: int | None = None,
+    split_len: int | None = None,
     attention_plot: str | Path | None = None,
     translator: Translator | None = None,
     stderr: TextIO | None = None,
@@ -106,10 +107,13 @@ def translate_workdir(
 
     Inputs are prepared as the run's data (`Translator.prepare`: control characters out,
     the book's lowercasing and punctuation spacing for fra_eng). Lines are formatted by
-    `format_lines`; an empty input gives an empty translation. An input longer than the
-    training limit is translated whole and noted on `stderr`. Decoding settings not given
-    come from the run config. With `attention_plot`, the attention heatmaps of the first
-    non-empty sentence and its translation are written there as a PNG (noted in the log).
+    `format_lines`; an empty input gives an empty translation. An input of several
+    sentences is translated in parts cut at sentence ends (`split_len`, default the run's
+    `eval.split_len`: sentence by sentence); a sentence longer than the training limit is
+    translated whole and noted on `stderr`. Decoding settings not given come from the run
+    config. With `attention_plot`, the attention heatmaps of the first non-empty input and
+    its translation (the whole input, never in parts) are written there as a PNG (noted in
+    the log).
     """
     check_format(output_format)
     stderr = stderr or sys.stderr
@@ -121,11 +125,13 @@ def translate_workdir(
         beam_size=beam_size,
         alpha=alpha,
         max_decode_len=max_decode_len,
+        split_len=split_len,
     )
     for i, tokens in out.sources.long.items():
+        part = " in its longest sentence" if i in out.sources.parts else ""
         print(
-            f"note: sentence {i + 1} has {tokens} tokens, more than the longest the model was "
-            f"trained on ({translator.settings['trained_len']}): translated whole.",
+            f"note: sentence {i + 1} has {tokens} tokens{part}, more than the longest the model "
+            f"was trained on ({translator.settings['trained_len']}): translated whole.",
             file=stderr,
         )
     if attention_plot:
@@ -139,7 +145,9 @@ def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str
     first = next((i for i, s in enumerate(prepared) if s), None)
     if first is None:
         raise ValueError("no non-empty sentence to draw attention for.")
-    maps = translator.attention_maps(prepared[first], target_ids=out.target_ids[first])
+    # A cut input's translation is its parts'; the map shows the whole input's own.
+    target_ids = None if first in out.sources.parts else out.target_ids[first]
+    maps = translator.attention_maps(prepared[first], target_ids=target_ids)
     plot_attention(maps, path)
     logging.info("Attention of %r written to %s", prepared[first], path)
 

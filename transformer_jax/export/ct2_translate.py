@@ -4,10 +4,12 @@
 
 One output per input, in order; an empty input gives "". Inputs get the run's
 preprocessing (recorded in `export.json`: the book's lowercasing and punctuation spacing
-for fra_eng), as the JAX engine does. Sources are the tokenizer's ids + `<eos>` (the model's
-`add_source_eos`), outputs are decoded by the same tokenizer. The output budget is
-fairseq's `max_len_a · S + max_len_b` tokens with S the source length (`<eos>` included),
-per sentence: sentences with equal budgets are translated in one call.
+for fra_eng), and an input of several sentences is translated in parts cut at sentence ends
+(`data.segmenting`, the run's `split_len`), as the JAX engine does. Sources are the tokenizer's
+ids + `<eos>` (the model's `add_source_eos`), outputs are decoded by the same tokenizer.
+The output budget is fairseq's `max_len_a · S + max_len_b` tokens with S the source length
+(`<eos>` included), per sentence (or part): those with equal budgets are translated in one
+call.
 
 Search: beam size 1 is greedy search; with `length_penalty=0` (the default) beam search
 returns the most probable hypothesis, exactly as our `beam_search` with α = 0 (tested in
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformer_jax.data.segmenting import segment
 from transformer_jax.export.ctranslate2 import MANIFEST
 
 DEFAULT_MAX_LEN_A = 2.0
@@ -57,6 +60,7 @@ def translate_lines(
     length_penalty: float = 0.0,
     max_len_a: float | None = None,
     max_len_b: int | None = None,
+    split_len: int | None = None,
     batch_size: int = 64,
     compute_type: str = "default",
     intra_threads: int = 0,
@@ -66,6 +70,9 @@ def translate_lines(
 
     beam_size: 1 = greedy search; default the run's (`export.json`; 1 for older exports).
     max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
+    split_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
+      sentences of at most this length; default the run's (`export.json`; 1, sentence by
+      sentence, for older exports), 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
     """
@@ -82,6 +89,8 @@ def translate_lines(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     a = decoding.get("max_len_a", DEFAULT_MAX_LEN_A) if max_len_a is None else max_len_a
     b = decoding.get("max_len_b", DEFAULT_MAX_LEN_B) if max_len_b is None else max_len_b
+    if split_len is None:
+        split_len = decoding.get("split_len", 1)
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
@@ -90,25 +99,31 @@ def translate_lines(
     )
 
     prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
+    # One row per input, or per part of an input cut at sentence ends; owner[r] = its input.
+    texts = [
+        segment(text, lambda t: len(src_tok.encode(t)) + 1, split_len) if split_len else [text]
+        for text in prepared
+    ]
+    owner = [i for i, parts in enumerate(texts) for part in parts if part]
     by_budget: dict[int, list[int]] = defaultdict(list)
     sources: dict[int, list[str]] = {}
-    for i, text in enumerate(prepared):
-        if not text:
-            continue
+    for r, text in enumerate(part for parts in texts for part in parts if part):
         ids = src_tok.encode(text)
         if len(ids) + 1 > limit:
             raise ValueError(
-                f"Sentence #{i} has {len(ids) + 1} tokens with <eos>, more than the exported "
-                f"position table ({limit} rows): export again with a larger --max_positions."
+                f"Sentence #{owner[r]} has {len(ids) + 1} tokens with <eos>, more than the "
+                f"exported position table ({limit} rows): export again with a larger "
+                "--max_positions."
             )
-        sources[i] = [src_tok.id_to_token(t) for t in ids]  # <eos> is added by the model
+        sources[r] = [src_tok.id_to_token(t) for t in ids]  # <eos> is added by the model
         budget = min(limit, max(1, int(a * (len(ids) + 1) + b)))
-        by_budget[budget].append(i)
+        by_budget[budget].append(r)
 
-    out = [""] * len(prepared)
+    parts_out: list[list[str]] = [[] for _ in prepared]
+    translated = [""] * len(owner)
     for budget, rows in sorted(by_budget.items()):
         results = translator.translate_batch(
-            [sources[i] for i in rows],
+            [sources[r] for r in rows],
             max_batch_size=batch_size,
             beam_size=beam_size,
             length_penalty=length_penalty,
@@ -116,7 +131,9 @@ def translate_lines(
             min_decoding_length=0,  # like our search, <eos> may come first
             max_input_length=0,  # never cut a source
         )
-        for i, result in zip(rows, results, strict=True):
+        for r, result in zip(rows, results, strict=True):
             ids = [tgt_tok.token_to_id(t) for t in result.hypotheses[0]]
-            out[i] = tgt_tok.decode([*ids, EOS_ID])
-    return out
+            translated[r] = tgt_tok.decode([*ids, EOS_ID])
+    for r, text in enumerate(translated):
+        parts_out[owner[r]].append(text)
+    return [" ".join(filter(None, parts)) for parts in parts_out]  # no gap for an empty part

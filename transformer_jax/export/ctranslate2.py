@@ -323,6 +323,8 @@ def export_ctranslate2(
 
 
 def run_manifest(model: Translator) -> dict[str, Any]:
-    """What serving needs from the run: its search width, output budget and preprocessing."""
+    """What serving needs from the run: its search width, output budget, how inputs are cut
+    at sentence ends (`eval.split_len`) and preprocessing."""
     decoding = {k: model.settings[k] for k in ("beam_size", "max_len_a", "max_len_b")}
+    decoding["split_len"] = model.settings["split_len"]  # 1: sentence by sentence; 0: whole
     return {"decoding": decoding, "book_style": model.book_style}

@@ -15,6 +15,9 @@ DEFAULTS: dict[str, Any] = {
     "max_len_b": DEFAULT_MAX_LEN_B,
     "batch_size": 64,  # sentences per decoding batch
     "trained_len": None,  # longest training source with <eos>: longer ones get a warning
+    # Inputs longer than this (tokens with <eos>) are translated in parts of whole sentences
+    # of at most this length (data/segmenting.py): 1 = sentence by sentence, 0 = whole.
+    "split_len": 1,
 }
 
 
@@ -41,6 +44,7 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
             max_len_b=ev.get("max_len_b", DEFAULT_MAX_LEN_B),
             batch_size=ev.get("decode_batch_size", 64),
             trained_len=data.get("max_src_len"),
+            split_len=ev.get("split_len", 1),
         )
     settings.update({k: v for k, v in overrides.items() if v is not None})
     return settings

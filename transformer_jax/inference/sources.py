@@ -1,8 +1,11 @@
 """Sentences -> source id rows for decoding, with what to tell the user about them.
 
 Each row is data/'s `encode_text` (tokens + `<eos>`), the same function that makes training
-sources, and is never cut: a sentence longer than any the model was trained on is translated
-whole (with a warning), and only a learned position table has a hard limit (a clear error).
+sources, and is never cut inside a sentence. An input of several sentences longer than
+`split_len` tokens is translated in parts of whole sentences (`data.segmenting`; with
+split_len 1, sentence by sentence), and the parts' translations are joined. A single sentence
+longer than any the model was trained on is translated whole (with a warning), and only a
+learned position table has a hard limit (a clear error).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from transformer_jax.data.encoding import encode_text
+from transformer_jax.data.segmenting import segment
 from transformer_jax.decoding.batch_decode import SourceTooLongError
 
 
@@ -24,13 +28,23 @@ class DecodingWarning(UserWarning):
 class EncodedSources:
     """Source ids (tokens + `<eos>`, whole; [] for an empty sentence) and what to report.
 
-    long: {sentence index: its length with `<eos>`} for sources longer than the length the
-      model was trained on (translated whole anyway); empty: indices of empty sentences.
+    long: {sentence index: its length with `<eos>`} for sources (or, for a split one, its
+      longest part) longer than the length the model was trained on (translated whole
+      anyway); empty: indices of empty sentences.
+    parts: {sentence index: the id rows it is translated as} for inputs split at sentence
+      ends (`rows` gives every sentence's rows).
     """
 
     ids: list[list[int]]
     long: dict[int, int]
     empty: list[int]
+    parts: dict[int, list[list[int]]] = dataclasses.field(default_factory=dict)
+
+    def rows(self, i: int) -> list[list[int]]:
+        """The id rows sentence `i` is decoded as: its parts, else [its ids] ([] if empty)."""
+        if i in self.parts:
+            return self.parts[i]
+        return [self.ids[i]] if self.ids[i] else []
 
 
 def encode_sources(
@@ -39,14 +53,19 @@ def encode_sources(
     *,
     trained_len: int | None = None,
     position_limit: int | None = None,
+    split_len: int | None = None,
     warn: bool = True,
 ) -> EncodedSources:
-    """`encode_text` of each sentence, never cut; [] for an empty (or blank) sentence.
+    """`encode_text` of each sentence, never cut inside a sentence; [] for an empty one.
 
     trained_len: the longest source (with `<eos>`) seen in training; a longer one is
       translated whole and reported in `long` (and one summary `DecodingWarning`).
     position_limit: a learned position table's rows (`ModelConfig.position_limit`); a
-      longer source cannot be encoded: `SourceTooLongError` names the sentences and the limit.
+      longer source (or part) cannot be encoded: `SourceTooLongError` names the sentences
+      and the limit.
+    split_len: an input longer than this (tokens with `<eos>`) is cut at sentence ends into
+      parts of at most this length (`data.segmenting.segment`), listed in `parts`; None or 0
+      never cuts.
     """
     out = EncodedSources([], {}, [])
     too_long: list[tuple[int, int]] = []
@@ -56,18 +75,24 @@ def encode_sources(
             out.ids.append([])
             continue
         ids = encode_text(tokenizer, sentence)
-        if position_limit is not None and len(ids) > position_limit:
-            too_long.append((i, len(ids)))
-        elif trained_len is not None and len(ids) > trained_len:
-            out.long[i] = len(ids)
         out.ids.append(ids)
+        if split_len and len(ids) > split_len:
+            texts = segment(sentence, lambda t: len(encode_text(tokenizer, t)), split_len)
+            if len(texts) > 1:
+                out.parts[i] = [encode_text(tokenizer, t) for t in texts]
+        longest = max(len(row) for row in out.rows(i))
+        if position_limit is not None and longest > position_limit:
+            too_long.append((i, longest))
+        elif trained_len is not None and longest > trained_len:
+            out.long[i] = longest
     if too_long:
         which = ", ".join(f"#{i} ({n} tokens)" for i, n in too_long[:5])
         more = f" and {len(too_long) - 5} more" if len(too_long) > 5 else ""
         raise SourceTooLongError(
             f"Sentence {which}{more} is longer than this model's learned position table "
             f"(model.max_len={position_limit} tokens with <eos>): it cannot be encoded. Split "
-            "the sentence, or train with a larger model.max_len or sinusoidal positions."
+            "the sentence at sentence ends, or train with a larger model.max_len or "
+            "sinusoidal positions."
         )
     if warn and out.empty:
         which = ", ".join(f"#{i}" for i in out.empty[:10])
@@ -81,9 +106,11 @@ def encode_sources(
     if warn and out.long:
         (first, n), count = next(iter(out.long.items())), len(out.long)
         more = f" and {count - 1} more" if count > 1 else ""
+        where = " in its longest part" if first in out.parts else ""
         warnings.warn(
-            f"Sentence #{first} has {n} tokens with <eos>, more than the longest the model was "
-            f"trained on ({trained_len}){more}; translating it whole, but quality may drop "
+            f"Sentence #{first} has {n} tokens with <eos>{where}, more than the longest the "
+            f"model was trained on ({trained_len}){more}; translating it whole, but quality "
+            "may drop "
             f"({sentences[first][:40]!r}...).",
             DecodingWarning,
             3,

@@ -36,10 +36,12 @@ if TYPE_CHECKING:  # evaluation imports this module: no import cycle at run time
 class Translations:
     """What `Translator.translate_detailed` returns, in the input order.
 
-    texts: the translations ("" for an empty input). tokens: generated ids per sentence
-    ((0,) for an empty one), `<eos>` then `<pad>`. target_ids: the ids of each translation
-    without `<eos>` and padding. sources: the encoded inputs, with the indices of empty and
-    longer-than-trained ones. generated_tokens: tokens produced, each `<eos>` included.
+    texts: the translations ("" for an empty input; the parts' translations joined with
+    spaces for an input cut at sentence ends). tokens: generated ids per sentence ((0,) for
+    an empty one), `<eos>` then `<pad>` (for a cut input: its target_ids then `<eos>`).
+    target_ids: the ids of each translation without `<eos>` and padding (a cut input's parts
+    in order). sources: the encoded inputs, with the indices of empty, longer-than-trained
+    and cut ones. generated_tokens: tokens produced, each `<eos>` included.
     """
 
     texts: list[str]
@@ -84,7 +86,7 @@ class Translator:
 
         Decoding settings come from the run `config` if given (`decode_settings`), then from
         `settings` (beam_size, alpha, max_decode_len, max_len_a, max_len_b, batch_size,
-        trained_len).
+        trained_len, split_len).
         """
         return cls(
             model_config=model_config.replace(deterministic=True, decode=False),
@@ -168,11 +170,14 @@ class Translator:
 
         `settings` override the translator's: beam_size (1 = greedy; larger beams rank by
         log P / ((5 + len) / 6)^alpha), alpha, max_decode_len, max_len_a, max_len_b,
-        batch_size, trained_len. Sources are never cut: one longer than `trained_len` (tokens
-        with `<eos>`) is translated whole with a `DecodingWarning`; with learned positions,
-        one beyond the table is a `SourceTooLongError`. An empty sentence gets a warning and
-        the translation "". Each batch generates at most `max_decode_len` tokens if given,
-        else `max_len_a · S + max_len_b`, S its longest source.
+        batch_size, trained_len, split_len. An input of several sentences longer than
+        `split_len` tokens (with `<eos>`) is translated in parts of whole sentences of at most
+        that length, and their translations are joined (`data.segmenting`; split_len 1, the
+        default: sentence by sentence; 0: whole). A sentence is never cut: one longer than
+        `trained_len` is translated whole with a `DecodingWarning`; with learned positions,
+        one beyond the table is a `SourceTooLongError`. An empty sentence gets a
+        warning and the translation "". Each batch generates at most `max_decode_len` tokens
+        if given, else `max_len_a · S + max_len_b`, S its longest source.
         """
         return self.translate_detailed(sentences, **settings).texts
 
@@ -191,23 +196,27 @@ class Translator:
             sentences,
             trained_len=options.pop("trained_len"),
             position_limit=self.model_config.position_limit,
+            split_len=options.pop("split_len"),
             warn=warn,
         )
-        todo = [i for i, ids in enumerate(encoded.ids) if ids]
-        decoded = decode_ids(
-            self.model_config, self.params, [encoded.ids[i] for i in todo], **options
-        )
-        texts = [""] * len(sentences)
-        tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
+        # One decoding row per source, or per part of a source cut at sentence ends.
+        owners = [i for i in range(len(sentences)) for _ in encoded.rows(i)]
+        rows = [row for i in range(len(sentences)) for row in encoded.rows(i)]
+        decoded = decode_ids(self.model_config, self.params, rows, **options)
+        texts: list[list[str]] = [[] for _ in sentences]
         target_ids: list[list[int]] = [[] for _ in sentences]
+        tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
         generated = 0
-        for i, row in zip(todo, decoded, strict=True):
+        for i, row in zip(owners, decoded, strict=True):
             ids = [int(t) for t in row]
-            texts[i] = self.tgt_tokenizer.decode(ids)
-            tokens[i] = row
-            target_ids[i] = ids[: ids.index(EOS_ID)] if EOS_ID in ids else _unpadded(ids)
-            generated += len(target_ids[i]) + (EOS_ID in ids)
-        return Translations(texts, tokens, target_ids, encoded, generated)
+            texts[i].append(self.tgt_tokenizer.decode(ids))
+            part = ids[: ids.index(EOS_ID)] if EOS_ID in ids else _unpadded(ids)
+            target_ids[i] += part
+            cut = i in encoded.parts  # then: the parts' ids so far and one <eos>
+            tokens[i] = np.asarray([*target_ids[i], EOS_ID], np.int32) if cut else row
+            generated += len(part) + (EOS_ID in ids)
+        joined = [" ".join(filter(None, parts)) for parts in texts]  # no gap for an empty part
+        return Translations(joined, tokens, target_ids, encoded, generated)
 
     def attention_maps(
         self, sentence: str, target_ids: Sequence[int] | None = None, **settings: Any
@@ -220,7 +229,8 @@ class Translator:
         """
         from transformer_jax.evaluation.attention_maps import attention_weights
 
-        if target_ids is None:
+        if target_ids is None:  # one map: the input is translated whole, never in parts
+            settings = {**settings, "split_len": 0}
             out = self.translate_detailed([sentence], warn=False, **settings)
             src, tgt = out.sources.ids[0], out.target_ids[0]
         else:

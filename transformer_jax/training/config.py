@@ -91,6 +91,11 @@ def eval_defaults() -> ml_collections.ConfigDict:
     c.max_len_a = 2.0
     c.max_len_b = 10
     c.max_decode_len = 0
+    # An input of several sentences (a pasted paragraph) longer than split_len tokens (with
+    # <eos>) is translated in parts of whole sentences of at most split_len tokens, cut at
+    # sentence ends (data/segmenting.py). 1 = every sentence on its own (best measured:
+    # benchmarks/LOG.md, "paragraphs"); 0 = every input whole.
+    c.split_len = 1
     c.decode_batch_size = 64
     c.num_examples_to_show = 3  # translations printed with each BLEU evaluation
     # After training, the launcher scores n test pairs evenly spaced over the split (always
@@ -180,6 +185,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     for key in ("beam_size", "decode_batch_size"):
         _check_int(f"eval.{key}", config.eval[key], minimum=1)
     _check_int("eval.num_test_examples", config.eval.num_test_examples, minimum=-1)
+    _check_int("eval.split_len", config.eval.split_len, minimum=0)
     for key in ("max_len_a", "alpha"):
         value = config.eval[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
