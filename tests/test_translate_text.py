@@ -200,6 +200,8 @@ def test_translator_settings_come_from_the_config_and_calls_override_them(model)
     assert translator.translate(["go ."], beam_size=1) == greedy.translate(["go ."])
     with pytest.raises(TypeError, match="beam_sise.*valid ones are"):
         translator.translate(["go ."], beam_sise=2)
+    with pytest.raises(ValueError, match=r"split_len must be an integer >= 0 .*got -3"):
+        translator.translate(["go ."], split_len=-3)
 
 
 def test_detailed_translation_ids_names_and_counts(model):

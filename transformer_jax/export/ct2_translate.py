@@ -27,6 +27,7 @@ from typing import Any
 
 from transformer_jax.data.segmenting import segment
 from transformer_jax.export.ctranslate2 import MANIFEST
+from transformer_jax.inference.settings import check_split_len
 
 DEFAULT_MAX_LEN_A = 2.0
 DEFAULT_MAX_LEN_B = 10
@@ -91,6 +92,7 @@ def translate_lines(
     b = decoding.get("max_len_b", DEFAULT_MAX_LEN_B) if max_len_b is None else max_len_b
     if split_len is None:
         split_len = decoding.get("split_len", 1)
+    check_split_len(split_len)
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])

@@ -47,4 +47,14 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
             split_len=ev.get("split_len", 1),
         )
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    check_split_len(settings["split_len"])
     return settings
+
+
+def check_split_len(split_len: Any) -> None:
+    """A ValueError naming `split_len` and its meaning unless it is an integer >= 0."""
+    if isinstance(split_len, bool) or not isinstance(split_len, int) or split_len < 0:
+        raise ValueError(
+            f"split_len must be an integer >= 0 (1 = sentence by sentence, N = whole sentences "
+            f"in parts of up to N tokens, 0 = every input whole), got {split_len!r}."
+        )
