@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from transformer_jax.data.segmenting import pack_sentences, segment, split_sentences
+from transformer_jax.data.segmenting import (
+    join_translations,
+    pack_sentences,
+    segment,
+    split_sentences,
+)
 
 
 def words(text: str) -> int:
@@ -85,3 +90,8 @@ def test_segments_fit_the_limit_and_rejoin_to_the_input():
 )
 def test_abbreviations_and_initials_do_not_end_sentences(text, sentences):
     assert split_sentences(text) == sentences
+
+
+def test_join_translations_leaves_no_gap_for_an_empty_part():
+    assert join_translations(["va !", "", "je suis là ."]) == "va ! je suis là ."
+    assert join_translations(["", ""]) == ""

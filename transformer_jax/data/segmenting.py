@@ -97,3 +97,8 @@ def segment(text: str, count_tokens: Callable[[str], int], limit: int) -> list[s
         return [text]
     parts = pack_sentences(sentences, [count_tokens(s) for s in sentences], limit)
     return parts if len(parts) > 1 else [text]
+
+
+def join_translations(parts: list[str]) -> str:
+    """The parts' translations as one line: joined by spaces, an empty one leaving no gap."""
+    return " ".join(part for part in parts if part)

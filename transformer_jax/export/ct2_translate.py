@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.data.segmenting import segment
+from transformer_jax.data.segmenting import join_translations
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference.settings import check_split_len
+from transformer_jax.inference.sources import encode_sources
 
 DEFAULT_MAX_LEN_A = 2.0
 DEFAULT_MAX_LEN_B = 10
@@ -101,27 +102,22 @@ def translate_lines(
     )
 
     prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
-    # One row per input, or per part of an input cut at sentence ends; owner[r] = its input.
-    texts = [
-        segment(text, lambda t: len(src_tok.encode(t)) + 1, split_len) if split_len else [text]
-        for text in prepared
-    ]
-    owner = [i for i, parts in enumerate(texts) for part in parts if part]
+    # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
+    encoded = encode_sources(src_tok, prepared, split_len=split_len, warn=False)
+    owner = [i for i in range(len(prepared)) for _ in encoded.rows(i)]
+    rows_ids = [row for i in range(len(prepared)) for row in encoded.rows(i)]
     by_budget: dict[int, list[int]] = defaultdict(list)
     sources: dict[int, list[str]] = {}
-    for r, text in enumerate(part for parts in texts for part in parts if part):
-        ids = src_tok.encode(text)
-        if len(ids) + 1 > limit:
+    for r, ids in enumerate(rows_ids):  # ids end in <eos>
+        if len(ids) > limit:
             raise ValueError(
-                f"Sentence #{owner[r]} has {len(ids) + 1} tokens with <eos>, more than the "
-                f"exported position table ({limit} rows): export again with a larger "
-                "--max_positions."
+                f"Sentence #{owner[r]} has {len(ids)} tokens with <eos>, more than the exported "
+                f"position table ({limit} rows): export again with a larger --max_positions."
             )
-        sources[r] = [src_tok.id_to_token(t) for t in ids]  # <eos> is added by the model
-        budget = min(limit, max(1, int(a * (len(ids) + 1) + b)))
+        sources[r] = [src_tok.id_to_token(t) for t in ids[:-1]]  # the model adds <eos>
+        budget = min(limit, max(1, int(a * len(ids) + b)))
         by_budget[budget].append(r)
 
-    parts_out: list[list[str]] = [[] for _ in prepared]
     translated = [""] * len(owner)
     for budget, rows in sorted(by_budget.items()):
         results = translator.translate_batch(
@@ -136,6 +132,7 @@ def translate_lines(
         for r, result in zip(rows, results, strict=True):
             ids = [tgt_tok.token_to_id(t) for t in result.hypotheses[0]]
             translated[r] = tgt_tok.decode([*ids, EOS_ID])
+    parts_out: list[list[str]] = [[] for _ in prepared]
     for r, text in enumerate(translated):
         parts_out[owner[r]].append(text)
-    return [" ".join(filter(None, parts)) for parts in parts_out]  # no gap for an empty part
+    return [join_translations(parts) for parts in parts_out]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import ml_collections
 import numpy as np
 
+from transformer_jax.data.segmenting import join_translations
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import decode_ids
 from transformer_jax.inference.settings import decode_settings
@@ -212,10 +213,11 @@ class Translator:
             texts[i].append(self.tgt_tokenizer.decode(ids))
             part = ids[: ids.index(EOS_ID)] if EOS_ID in ids else _unpadded(ids)
             target_ids[i] += part
-            cut = i in encoded.parts  # then: the parts' ids so far and one <eos>
-            tokens[i] = np.asarray([*target_ids[i], EOS_ID], np.int32) if cut else row
+            tokens[i] = row
             generated += len(part) + (EOS_ID in ids)
-        joined = [" ".join(filter(None, parts)) for parts in texts]  # no gap for an empty part
+        for i in encoded.parts:  # a cut input's tokens: its parts' ids, then one <eos>
+            tokens[i] = np.asarray([*target_ids[i], EOS_ID], np.int32)
+        joined = [join_translations(parts) for parts in texts]
         return Translations(joined, tokens, target_ids, encoded, generated)
 
     def attention_maps(
