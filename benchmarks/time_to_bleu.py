@@ -148,6 +148,7 @@ class TestScorer:
                 alpha=self.alpha,
             )
             scores[f"bleu_beam{beam}"] = report["bleu"]
+            scores[f"bleu_ci95_beam{beam}"] = report["bleu_ci95"]
             scores[f"chrf_beam{beam}"] = report["chrf"]
             for row in report["bleu_by_length"]:
                 scores[f"bleu_beam{beam}_{row['words']}"] = row["bleu"]
@@ -275,6 +276,7 @@ def main() -> None:
             total = {
                 "count": sum(r["count"] for r in rows),
                 "bleu": last[f"bleu_beam{beam}"],
+                "bleu_ci95": last[f"bleu_ci95_beam{beam}"],
                 "chrf": last[f"chrf_beam{beam}"],
             }
             print(f"\nBLEU by source length at {last['minutes']:.1f} min, beam {beam}:")

@@ -2,11 +2,17 @@
 
 import math
 
+import numpy as np
 import pytest
 import sacrebleu
 
 from transformer_jax.evaluation import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
-from transformer_jax.evaluation.bleu import bleu_by_length, corpus_scores, format_length_table
+from transformer_jax.evaluation.bleu import (
+    bleu_by_length,
+    bleu_interval,
+    corpus_scores,
+    format_length_table,
+)
 
 
 def test_exact_match_is_one():
@@ -110,6 +116,54 @@ def test_bleu_by_length_rows_are_the_scores_of_their_pairs_and_add_up():
     )
     assert rows[3]["bleu"] == pytest.approx(corpus_bleu([hyps[4]], [refs[4]]))
     empty = bleu_by_length(["go."], ["va !"], ["va !"])
-    assert empty[1] == {"words": "6-10", "count": 0, "bleu": None, "chrf": None}
+    assert empty[1] == {"words": "6-10", "count": 0, "bleu": None, "bleu_ci95": None, "chrf": None}
+    assert rows[0]["bleu_ci95"] == pytest.approx(
+        bleu_interval([hyps[i] for i in short], [refs[i] for i in short])
+    )
+    assert rows[3]["bleu_ci95"] == 0.0  # one sentence: every resample is that sentence
     table = format_length_table(rows, {"count": 6, "bleu": 1.0, "chrf": 2.0})
-    assert table[2].startswith("| 1-5 | 3 |") and table[-1] == "| all | 6 | 1.00 | 2.00 |"
+    assert table[2].startswith(f"| 1-5 | 3 | {rows[0]['bleu']:.2f} ± {rows[0]['bleu_ci95']:.2f} |")
+    assert table[-1] == "| all | 6 | 1.00 | 2.00 |"  # a total without an interval
+    assert (
+        format_length_table([], {"count": 6, "bleu": 1.0, "bleu_ci95": 0.5, "chrf": 2.0})[-1]
+        == "| all | 6 | 1.00 ± 0.50 | 2.00 |"
+    )
+    plain = bleu_by_length(sources, hyps, refs, n_bootstrap=0)
+    assert [r["bleu_ci95"] for r in plain] == [None] * 4
+    assert [r["bleu"] for r in plain] == [r["bleu"] for r in rows]
+
+
+# Ten pairs of mixed quality: corpus BLEU moves when the set of sentences does.
+_HYPS = [
+    "le chat est noir.", "il pleut beaucoup.", "je suis fatigué.", "nous allons à paris.",
+    "elle lit un livre.", "tu es en retard.", "le train part.", "j'aime le café noir.",
+    "ils sont partis hier.", "c'est une belle maison.",
+]  # fmt: skip
+_REFS = [
+    "le chat est noir.", "il pleut fort.", "je suis très fatigué.", "nous partons pour paris.",
+    "elle lit un livre.", "vous êtes en retard.", "le train s'en va.", "j'aime le café.",
+    "ils sont partis hier soir.", "c'est une jolie maison.",
+]  # fmt: skip
+
+
+def test_bleu_interval_is_half_the_central_95_percent_of_resampled_corpus_bleu():
+    # The definition, rebuilt from corpus_bleu on explicit resamples drawn as sacreBLEU draws
+    # them (numpy's default_rng with its seed 12345, indices of shape (resamples, sentences)).
+    n = 200
+    idx = np.random.default_rng(12345).choice(len(_HYPS), size=(n, len(_HYPS)), replace=True)
+    scores = sorted(corpus_bleu([_HYPS[i] for i in row], [_REFS[i] for i in row]) for row in idx)
+    lower, upper = scores[n // 40], scores[n - n // 40 - 1]
+    assert bleu_interval(_HYPS, _REFS, n) == pytest.approx(0.5 * (upper - lower), abs=1e-3)
+    assert bleu_interval(_HYPS, _REFS, n) > 1.0  # ten sentences of mixed quality: wide
+
+
+def test_bleu_interval_narrows_with_more_sentences_and_vanishes_when_all_agree():
+    few = bleu_interval(_HYPS, _REFS)
+    many = bleu_interval(_HYPS * 16, _REFS * 16)  # the same mix, 16 times as many sentences
+    assert many < few / 2  # ~ 1 / sqrt(16) of it
+    assert bleu_interval(_REFS, _REFS) == 0.0  # every resample scores 100
+    scores = corpus_scores(_HYPS, _REFS, n_bootstrap=1000)
+    assert scores["bleu_ci95"] == pytest.approx(few)
+    assert "bleu_ci95" not in corpus_scores(_HYPS, _REFS)  # by default, no resampling
+    with pytest.raises(ValueError, match="n_bootstrap must be >= 2"):
+        bleu_interval(_HYPS, _REFS, 1)

@@ -13,6 +13,7 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation import (
+    bleu_interval,
     corpus_bleu,
     detokenize_book,
     evaluate_workdir,
@@ -97,11 +98,12 @@ def test_evaluate_workdir_writes_a_consistent_report(workdir):
     hyps = [detokenize_book(s["translation"]) for s in report["samples"]]
     refs = [detokenize_book(s["reference"]) for s in report["samples"]]
     assert report["bleu"] == pytest.approx(corpus_bleu(hyps, refs))
+    assert report["bleu_ci95"] == pytest.approx(bleu_interval(hyps, refs))
     for key in ("chrf", "loss", "perplexity", "decode_tokens_per_sec", "book_bleu_k2_mean"):
         assert report[key] >= 0.0, key
     assert 0 < report["loss"] < 20 and report["decode_tokens_per_sec"] > 0
     markdown = (workdir / REPORT_MD).read_text()
-    assert "| BLEU (sacreBLEU, detokenised) |" in markdown
+    assert f"| BLEU (sacreBLEU, detokenised) | {report['bleu']:.2f} ± " in markdown
     assert "## BLEU by source length" in markdown and "| 16+ |" in markdown
     assert report["samples"][0]["source"] in markdown
     assert (workdir / CURVES_PNG).stat().st_size > 1000

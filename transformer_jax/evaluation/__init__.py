@@ -2,7 +2,13 @@
 translate command's input and output lines."""
 
 from transformer_jax.evaluation.attention_maps import AttentionMaps, attention_weights
-from transformer_jax.evaluation.bleu import book_bleu, corpus_bleu, corpus_chrf, detokenize_book
+from transformer_jax.evaluation.bleu import (
+    bleu_interval,
+    book_bleu,
+    corpus_bleu,
+    corpus_chrf,
+    detokenize_book,
+)
 from transformer_jax.evaluation.plots import (
     plot_attention,
     plot_training_curves,
@@ -20,6 +26,7 @@ from transformer_jax.evaluation.translate_cli import (
 __all__ = [
     "AttentionMaps",
     "attention_weights",
+    "bleu_interval",
     "book_bleu",
     "corpus_bleu",
     "corpus_chrf",

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.evaluation.bleu import (
+    BOOTSTRAP_RESAMPLES,
     bleu_by_length,
     book_bleu,
     corpus_scores,
@@ -223,7 +224,7 @@ def evaluate_translator(
     detok = translator.detokenize
     hyps = [detok(h) for h in run.hypotheses]
     refs = [detok(r) for r in references]
-    scores = corpus_scores(hyps, refs)
+    scores = corpus_scores(hyps, refs, n_bootstrap=BOOTSTRAP_RESAMPLES)
     report = {
         "num_sentences": len(pairs),
         **{k: settings[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
@@ -287,15 +288,25 @@ def where_lines(workdir: str | Path, report: dict[str, Any]) -> list[str]:
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """BLEU and chrF with their signatures, then the BLEU-by-source-length table."""
-    total = {"count": report["num_sentences"], "bleu": report["bleu"], "chrf": report["chrf"]}
     return [
-        f"BLEU {report['bleu']:.2f}  chrF {report['chrf']:.2f}  on {report['split']}, "
-        f"beam {report['beam_size']}",
+        f"BLEU {report['bleu']:.2f}{_interval(report)}  chrF {report['chrf']:.2f}  on "
+        f"{report['split']}, beam {report['beam_size']}",
         f"  sacreBLEU signature: {report['bleu_signature']}",
         f"  chrF signature: {report['chrf_signature']}",
         "",
-        *format_length_table(report["bleu_by_length"], total),
+        *format_length_table(report["bleu_by_length"], _total(report)),
     ]
+
+
+def _total(report: dict[str, Any]) -> dict[str, Any]:
+    """The 'all' row of the length table."""
+    keys = ("bleu", "bleu_ci95", "chrf")
+    return {"count": report["num_sentences"], **{k: report.get(k) for k in keys}}
+
+
+def _interval(report: dict[str, Any]) -> str:
+    ci = report.get("bleu_ci95")  # reports written before the interval have none
+    return "" if ci is None else f" ± {ci:.2f} (95 % bootstrap interval)"
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -317,7 +328,7 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         "| metric | value |",
         "|---|---|",
-        f"| BLEU (sacreBLEU, detokenised) | {report['bleu']:.2f} |",
+        f"| BLEU (sacreBLEU, detokenised) | {report['bleu']:.2f}{_interval(report)} |",
         f"| chrF (sacreBLEU) | {report['chrf']:.2f} |",
         f"| book BLEU (k=2), mean | {report['book_bleu_k2_mean']:.3f} |",
     ]
@@ -343,10 +354,7 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         "## BLEU by source length",
         "",
-        *format_length_table(
-            report["bleu_by_length"],
-            {"count": report["num_sentences"], "bleu": report["bleu"], "chrf": report["chrf"]},
-        ),
+        *format_length_table(report["bleu_by_length"], _total(report)),
         "",
         "## Samples",
         "",
