@@ -85,7 +85,7 @@ def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     hour.data.concat_fraction = default.data.concat_fraction  # they did not help the hour
     assert hour.data == default.data
     assert hour.schedule == default.schedule == "linear"
-    assert hour.num_train_steps == 13_000 > default.num_train_steps
+    assert hour.num_train_steps == 16_000 > default.num_train_steps
     # The linear decay reaches 0 at the recipe's own end; validation runs twice.
     assert hour.eval_every_steps == hour.num_train_steps // 2
 
