@@ -56,8 +56,9 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 # one tied 4,000-piece vocabulary, batches of ~2,048 tokens, norm first with a linear decay from
 # 8e-3) with 3+3 layers for 16,000 steps (curve in the module docstring): 54.5 minutes on the
 # AVX-512 Xeon of 2026-11-25 (13,000 steps, sized for a Zen 3 EPYC that ran 10,240 in the hour,
-# would have ended there at ~45 minutes). Norm first replaced the paper's post-norm at 5e-3
-# (15,800 steps) on 2026-11-25: ahead at every checkpoint per step.
+# would have ended there at ~45 minutes; 17,400 steps, the whole hour there, scored 0.9 BLEU
+# lower with a higher validation NLL: the model overfits). Norm first replaced the paper's
+# post-norm at 5e-3 (15,800 steps) on 2026-11-25: ahead at every checkpoint per step.
 # The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end) of 2,000
 # pieces per language with three tables, though its 4,000-way softmax makes the step 7 %
 # slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit from
