@@ -104,8 +104,11 @@ def translate_lines(
     prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
     # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
     encoded = encode_sources(src_tok, prepared, split_len=split_len, warn=False)
-    owner = [i for i in range(len(prepared)) for _ in encoded.rows(i)]
-    rows_ids = [row for i in range(len(prepared)) for row in encoded.rows(i)]
+    owner, rows_ids = [], []  # owner[r]: the input row r belongs to
+    for i in range(len(prepared)):
+        for row in encoded.rows(i):
+            owner.append(i)
+            rows_ids.append(row)
     by_budget: dict[int, list[int]] = defaultdict(list)
     sources: dict[int, list[str]] = {}
     for r, ids in enumerate(rows_ids):  # ids end in <eos>
