@@ -121,11 +121,11 @@ def _without_eos(params):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_growing_cache_equals_a_full_size_cache_and_recomputation(model, beam):
-    """L = 40 decodes in four segments (cache room 8, 16, 32, 40): the tokens and scores of
-    one cache of 40 positions and of recomputing the prefix at every step."""
+    """L = 140 decodes in three segments (cache room 32, 64, 140): the tokens and scores of
+    one cache of 140 positions and of recomputing the prefix at every step."""
     cfg, params, src, src_len = model
-    params, length = _without_eos(params), 40
-    assert cache_lengths(length) == (8, 16, 32, 40)
+    params, length = _without_eos(params), 140
+    assert cache_lengths(length) == (32, 64, 140)
 
     def run(**kw):
         if beam == 1:

@@ -249,19 +249,21 @@ def test_beam_search_with_chunked_top_k_equals_plain_top_k(monkeypatch):
     assert np.isfinite(np.asarray(chunked.scores)).all()
 
 
-def test_cache_lengths_double_from_eight_and_end_at_max_len():
+def test_cache_lengths_double_from_32_and_end_at_max_len():
     assert cache_lengths(5) == (5,)
-    assert cache_lengths(9) == (9,)  # 8 then 9 would compile a loop body for one step
-    assert cache_lengths(10) == (8, 10)
-    assert cache_lengths(32) == (8, 16, 32)
-    assert cache_lengths(33) == (8, 16, 33)
-    assert cache_lengths(40) == (8, 16, 32, 40)
-    assert cache_lengths(138) == (8, 16, 32, 64, 138)
+    assert cache_lengths(32) == (32,)
+    assert cache_lengths(40) == (32, 40)
+    assert cache_lengths(41) == (32, 41)
+    assert cache_lengths(72) == (32, 72)  # 32, 64 then 72 would compile a body for 8 steps
+    assert cache_lengths(138) == (32, 64, 138)
+    assert cache_lengths(10, first=8) == (8, 10)
+    assert cache_lengths(9, first=8) == (9,)  # 8 then 9 would compile a loop body for one step
+    assert cache_lengths(40, first=8) == (8, 16, 32, 40)
     for max_len in range(1, 600):
         rooms = cache_lengths(max_len)
         assert rooms[-1] == max_len and list(rooms) == sorted(set(rooms))
-        # Room stays within 2.5x the positions written before the segment (10 at first).
+        # Room stays within 2.5x the positions written before the segment (40 at first).
         for before, room in itertools.pairwise((0, *rooms)):
-            assert room <= max(10, 2.5 * before), (max_len, rooms)
+            assert room <= max(40, 2.5 * before), (max_len, rooms)
     with pytest.raises(ValueError, match="max_len"):
         cache_lengths(0)

@@ -5,7 +5,7 @@
     decode = sharded_decoder(cfg, beam_size=4, max_decode_len=10)  # batch split over devices
 
 Encoding, the cache and the whole search loop compile into one XLA program. Beam search
-grows its key/value cache with the output (`search.cache_lengths`: room for 8, 16, 32, ...
+grows its key/value cache with the output (`search.cache_lengths`: room for 32, 64, ...
 positions) instead of allocating all `max_decode_len` up front, so each step reads and
 reorders about as many positions as it has written (the time saved on real sentences is in
 benchmarks/README.md). Each segment is one more loop body to compile, and greedy search,

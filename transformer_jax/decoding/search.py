@@ -12,7 +12,7 @@ state by gathering along axis 0 of every non-scalar leaf.
 Both searches are written for `jax.jit`: the loop is a `lax.while_loop` with fixed shapes, no
 host syncs per token, and it exits as soon as every row is done. Given a `grow` function, the
 loop runs in segments over a state that grows between them (`cache_lengths`): a decoder cache
-then holds 8, 16, 32, ... positions instead of all L from the first step, so early steps attend
+then holds 32, 64, ... positions instead of all L from the first step, so early steps attend
 to (and beam search reorders) a short cache.
 """
 
@@ -57,15 +57,20 @@ def first_argmax(logits: Array) -> Array:
     return jnp.min(jnp.where(logits == row_max, index, vocab), axis=-1)  # (N,)
 
 
-def cache_lengths(max_len: int, first: int = 8) -> tuple[int, ...]:
+def cache_lengths(max_len: int, first: int = 32) -> tuple[int, ...]:
     """Room of the decoding segments: `first`, doubling, ending at `max_len`.
 
     Step i runs in the first segment whose room exceeds i, so the state holds at most about
     twice the positions written so far. A last segment of less than a quarter more room is
     merged into the one before (a loop body saved for little gain):
 
-        cache_lengths(32) == (8, 16, 32)    cache_lengths(33) == (8, 16, 33)
-        cache_lengths(5) == (5,)            cache_lengths(40) == (8, 16, 32, 40)
+        cache_lengths(32) == (32,)          cache_lengths(40) == (32, 40)
+        cache_lengths(5) == (5,)            cache_lengths(138) == (32, 64, 138)
+
+    Each segment is one more loop body to compile (~1 s each for the README model's beam
+    search on 2 CPU cores), and reading a cache of a few dozen positions costs little: rooms
+    of 8 and 16 first made the README run's 1,000-sentence report compile 22 loop bodies
+    where 32 first compiles 10, for a few percent of decoding time (benchmarks/LOG.md).
     """
     if max_len < 1 or first < 1:
         raise ValueError(f"max_len and first must be >= 1, got {max_len} and {first}.")
