@@ -1,6 +1,6 @@
 r"""English -> French on the d2l fra-eng corpus (tatoeba/manythings.org).
 
-Launch (the README's first command; 7m18s on 2 AVX-512 Xeon cores, 10m57s on 2 AVX2-only
+Launch (the README's first command; 7m15s on 2 AVX-512 Xeon cores, 10m57s on 2 AVX2-only
 AMD EPYC cores, 2026-11-25):
 
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
@@ -57,8 +57,10 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 # 8e-3) with 3+3 layers for 16,000 steps (curve in the module docstring): 54.5 minutes on the
 # AVX-512 Xeon of 2026-11-25 (13,000 steps, sized for a Zen 3 EPYC that ran 10,240 in the hour,
 # would have ended there at ~45 minutes; 17,400 steps, the whole hour there, scored 0.9 BLEU
-# lower with a higher validation NLL: the model overfits). Norm first replaced the paper's
-# post-norm at 5e-3 (15,800 steps) on 2026-11-25: ahead at every checkpoint per step.
+# lower with a higher validation NLL: the model overfits; 4+4 for 12,500 steps, the same hour,
+# ended at 42.65 greedy / 44.18 beam 4 against 43.12 / 44.57, though with a lower validation
+# NLL, 1.039). Norm first replaced the paper's post-norm at 5e-3 (15,800 steps) on
+# 2026-11-25: ahead at every checkpoint per step.
 # The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end) of 2,000
 # pieces per language with three tables, though its 4,000-way softmax makes the step 7 %
 # slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit from
