@@ -214,7 +214,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if variant == "default":
             # The README run ends with beam-4 BLEU on 1,000 test pairs (the launcher's
             # report); BLEU on 100 validation pairs beside it told nothing more and cost
-            # ~10 s of its 6 minutes (two beam programs compiled, one for a 72-token source).
+            # ~10 s of the run (two beam programs compiled, one for a 72-token source).
             c.eval.num_bleu_examples = 0
 
     if args["runlocal"]:

@@ -68,9 +68,11 @@ def cache_lengths(max_len: int, first: int = 32) -> tuple[int, ...]:
         cache_lengths(5) == (5,)            cache_lengths(138) == (32, 64, 138)
 
     Each segment is one more loop body to compile (~1 s each for the README model's beam
-    search on 2 CPU cores), and reading a cache of a few dozen positions costs little: rooms
-    of 8 and 16 first made the README run's 1,000-sentence report compile 22 loop bodies
-    where 32 first compiles 10, for a few percent of decoding time (benchmarks/LOG.md).
+    search on 2 CPU cores). Rooms of 8 and 16 first made the README run's 1,000-sentence
+    report compile 22 loop bodies where 32 first compiles 10: its decoding with compilation
+    took 19-21 s instead of 27-29, the whole test split 68 s instead of 74-77. A batch that
+    stays short reads up to 32 positions instead (`benchmarks.decode`'s 32-token beam, whose
+    shapes compile once, is 8-13 % slower; benchmarks/LOG.md).
     """
     if max_len < 1 or first < 1:
         raise ValueError(f"max_len and first must be >= 1, got {max_len} and {first}.")
