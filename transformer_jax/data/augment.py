@@ -28,8 +28,9 @@ def concatenated_pairs(
     """`tokenized` plus about `fraction * N` pairs that each join two distinct real pairs.
 
     A joined pair is the first pair's ids without its `<eos>`, then the second pair's ids
-    (with `<eos>`), on each side. Only pairs within both limits are joined, and a draw whose
-    joined sides would exceed a limit is dropped (so the result holds whole pairs only).
+    (with `<eos>`), on each side; the result's `origin` names both. Only pairs within both
+    limits are joined, and a draw whose joined sides would exceed a limit is dropped (so the
+    result holds whole pairs only).
 
     Args:
       tokenized: the real pairs; ids end in `<eos>`.
@@ -55,6 +56,10 @@ def concatenated_pairs(
         & (tokenized.tgt_len[first] + tokenized.tgt_len[second] - 1 <= max_tgt_len)
     )
     first, second = first[keep], second[keep]
+    real = np.arange(len(tokenized), dtype=np.int32)
+    origin = np.concatenate(
+        [np.stack([real, np.full_like(real, -1)], 1), np.stack([first, second], 1)]
+    ).astype(np.int32)
     src = [tokenized.src[a][:-1] + tokenized.src[b] for a, b in zip(first, second, strict=True)]
     tgt = [tokenized.tgt[a][:-1] + tokenized.tgt[b] for a, b in zip(first, second, strict=True)]
     return TokenizedPairs(
@@ -66,4 +71,5 @@ def concatenated_pairs(
         tgt_len=np.concatenate(
             [tokenized.tgt_len, tokenized.tgt_len[first] + tokenized.tgt_len[second] - 1]
         ),
+        origin=origin,
     )

@@ -27,6 +27,7 @@ import numpy as np
 
 from transformer_jax.data import bucketing
 from transformer_jax.data.encoding import EncodedPairs, make_batch
+from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
 
 _STATE_VERSION = 1
@@ -101,6 +102,8 @@ class TrainIterator:
     form one last batch whose missing rows are dummies of zero weight (see the module
     docstring), so every example is seen once per epoch, as with the book's DataLoader
     (shuffle=True, drop_last=False): ceil(N / global_batch) batches an epoch.
+    With `sampling` (data/sampling.py), each global batch of the same plan is resegmented
+    with draws seeded by (epoch, batch) before this process takes its rows.
     """
 
     def __init__(
@@ -115,7 +118,9 @@ class TrainIterator:
         bucket_boundaries: Sequence[int] | None = None,
         drop_remainder: bool = True,
         batch_tokens: int = 0,
+        sampling: SubwordSampling | None = None,
     ):
+        self._sampling = sampling
         self._process_batch = _check_layout(
             global_batch, row_multiple, process_index, process_count
         )
@@ -229,7 +234,14 @@ class TrainIterator:
         start = self._process_index * per_process
         mine = indices[start : start + per_process]
         real = mine != _DUMMY
-        batch = make_batch(self._encoded, np.where(real, mine, 0), *self._widths(bucket))
+        widths = self._widths(bucket)
+        if self._sampling is None:
+            batch = make_batch(self._encoded, np.where(real, mine, 0), *widths)
+        else:  # every process draws the whole global batch alike, then takes its rows
+            rows = np.where(indices != _DUMMY, indices, 0)
+            key = (self._epoch, self._position - 1)
+            drawn = self._sampling.resegment(self._encoded, rows, *widths, key=key)
+            batch = make_batch(drawn, np.arange(start, start + per_process), *widths)
         if not real.all():
             _fill_dummies(batch, real)
         return batch  # (B_proc, ...)

@@ -85,6 +85,12 @@ def data_config() -> ml_collections.ConfigDict:
     # SentencePiece vocabulary size (per side unless shared), including the 4 special tokens.
     c.vocab_size = 8000
     c.sp_model_type = "unigram"  # "unigram" | "bpe"
+    # Subword regularization (data/sampling.py): > 0 trains on a fresh segmentation of each
+    # sentence every time it is read, drawn with probability ∝ P(x)^alpha from the
+    # `sp_sampling_nbest` best (-1 = all; unigram), or BPE-dropout with this probability
+    # (bpe). Translation and evaluation keep the best segmentation. 0 = off.
+    c.sp_sampling_alpha = 0.0
+    c.sp_sampling_nbest = -1
     # One vocabulary for both sides (one tokenizer object) or one per side. Shared by default:
     # the English side of fra-eng alone is too small for an 8000-piece unigram model.
     c.shared_vocab = True
@@ -197,6 +203,22 @@ def check_data_values(cfg: ml_collections.ConfigDict) -> None:
         raise ValueError(
             "data.concat_fraction > 0 needs data.long_pairs='skip': joined pairs must be whole."
         )
+    if cfg.sp_sampling_alpha:
+        if cfg.tokenizer != "sentencepiece":
+            raise ValueError(
+                f"data.sp_sampling_alpha={cfg.sp_sampling_alpha} samples SentencePiece "
+                f"segmentations, but data.tokenizer={cfg.tokenizer!r}; use 'sentencepiece' or 0."
+            )
+        if not 0 < cfg.sp_sampling_alpha <= 1:
+            raise ValueError(
+                f"data.sp_sampling_alpha={cfg.sp_sampling_alpha} must be in (0, 1] (unigram: "
+                "the smoothing of P(x)^alpha; bpe: the dropout probability), or 0 = off."
+            )
+        if cfg.sp_sampling_nbest != -1 and cfg.sp_sampling_nbest < 2:
+            raise ValueError(
+                f"data.sp_sampling_nbest={cfg.sp_sampling_nbest}: sample from the n >= 2 best "
+                "segmentations, or -1 for all of them."
+            )
     if cfg.tokenizer == "sentencepiece" and cfg.vocab_size < 16:
         raise ValueError(f"data.vocab_size={cfg.vocab_size} is too small; use e.g. 8000.")
     if cfg.min_freq < 1:

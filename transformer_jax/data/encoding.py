@@ -48,12 +48,17 @@ class EncodedPairs:
 
 @dataclasses.dataclass(frozen=True)
 class TokenizedPairs:
-    """Token ids + <eos> of every pair, untruncated, and their lengths src_len / tgt_len (N,)."""
+    """Token ids + <eos> of every pair, untruncated, and their lengths src_len / tgt_len (N,).
+
+    origin: int32 (N, 2), the real pairs row i was made of (data/augment.py joins two; the
+      second is -1 for a real pair); None means row i is pair i.
+    """
 
     src: list[list[int]]
     tgt: list[list[int]]
     src_len: np.ndarray
     tgt_len: np.ndarray
+    origin: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src)

@@ -12,6 +12,7 @@ from absl import logging
 
 from transformer_jax.data import augment, batching, bucketing, lengths, sources
 from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
+from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 
 
@@ -115,6 +116,23 @@ def create_input_pipeline(
             cfg.concat_fraction,
         )
     train_encoded = pack_pairs(train_tokens, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
+    sampling = None
+    if cfg.sp_sampling_alpha:
+        sampling = SubwordSampling.for_pairs(
+            train_pairs,
+            train_tokens,
+            src_tok,
+            tgt_tok,
+            alpha=cfg.sp_sampling_alpha,
+            nbest=cfg.sp_sampling_nbest,
+            seed=cfg.shuffle_seed,
+        )
+        logging.info(
+            "Data: subword sampling (alpha %g, nbest %d): training batches are resegmented "
+            "each time they are read",
+            cfg.sp_sampling_alpha,
+            cfg.sp_sampling_nbest,
+        )
     del train_tokens  # the lists of ids are large; the packed arrays are what batches read
     eval_encoded = encode(eval_pairs)
     test_encoded = encode(test_pairs)
@@ -134,6 +152,7 @@ def create_input_pipeline(
         bucket_boundaries=boundaries,
         drop_remainder=cfg.drop_remainder,
         batch_tokens=cfg.batch_tokens,
+        sampling=sampling,
     )
     sizes = sources.split_sizes(cfg)
     sizes.update(

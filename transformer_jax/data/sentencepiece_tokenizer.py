@@ -10,7 +10,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -88,6 +88,23 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[int]:
         """Piece ids of `text`; no `<bos>`/`<eos>` added (batching adds them)."""
         return self._sp.encode(text)
+
+    def encode_sampled(
+        self, texts: Sequence[str], *, alpha: float, nbest: int, seed: int
+    ) -> list[list[int]]:
+        """One sampled segmentation of each text (subword regularization, Kudo 2018).
+
+        Unigram: a segmentation drawn with probability ∝ P(x)^alpha from the `nbest` best
+        (-1 = all of them, by forward filtering and backward sampling). BPE: BPE-dropout
+        (Provilkov et al. 2020) with merge-dropout probability `alpha`; `nbest` is unused.
+        The same (texts, alpha, nbest, seed) always give the same ids: SentencePiece's one
+        generator is seeded first and the texts are encoded in order on this thread.
+        """
+        spm.set_random_generator_seed(int(seed))
+        # num_threads=1: a thread pool would draw from the generator in no fixed order.
+        return self._sp.encode(
+            list(texts), enable_sampling=True, alpha=alpha, nbest_size=nbest, num_threads=1
+        )
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids` up to the first `<eos>`; `<pad>`/`<bos>` dropped."""

@@ -1,0 +1,220 @@
+"""Subword regularization: sampled segmentations, resegmented batches, the pipeline switch."""
+
+import json
+
+import numpy as np
+import pytest
+
+from transformer_jax.data import batching, config, encoding, pipeline
+from transformer_jax.data.sampling import SubwordSampling
+from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_jax.data.vocab import EOS_ID, PAD_ID
+from transformer_jax.data.word_tokenizer import WordTokenizer
+
+pytest_plugins = ["tests.conftest_data"]
+
+SYLLABLES = "ka to ri mu se la no pi ve du".split()
+
+
+def _sentences(n=300, seed=0):
+    """Sentences of 2-8 words of 1-3 syllables: many ways to cut each word into pieces."""
+    rng = np.random.default_rng(seed)
+    word = lambda: "".join(rng.choice(SYLLABLES, rng.integers(1, 4)))
+    return [" ".join(word() for _ in range(rng.integers(2, 9))) + " ." for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return SentencePieceTokenizer.train(_sentences(), vocab_size=60)
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sampled_segmentations_are_seeded_and_spell_the_same_text(model_type):
+    tok = SentencePieceTokenizer.train(_sentences(), vocab_size=60, model_type=model_type)
+    texts = _sentences(200, seed=1)
+    alpha = 0.1 if model_type == "unigram" else 0.3  # bpe: the dropout probability
+    a = tok.encode_sampled(texts, alpha=alpha, nbest=-1, seed=5)
+    b = tok.encode_sampled(texts, alpha=alpha, nbest=-1, seed=5)
+    c = tok.encode_sampled(texts, alpha=alpha, nbest=-1, seed=6)
+    assert a == b and a != c
+    best = [tok.encode(t) for t in texts]
+    assert sum(x != y for x, y in zip(a, best, strict=True)) > 20  # many draws differ
+    for text, ids in zip(texts, a, strict=True):
+        assert tok.decode(ids) == text
+
+
+def _encoded_and_texts(tok, n=120, max_len=24):
+    pairs = list(zip(_sentences(n, seed=2), _sentences(n, seed=3), strict=True))
+    tokenized = encoding.tokenize_pairs(pairs, tok, tok)
+    encoded = encoding.pack_pairs(tokenized, max_len, max_len)
+    return pairs, tokenized, encoded
+
+
+def test_resegment_keeps_the_text_and_falls_back_to_the_best_segmentation_when_too_long(tok):
+    pairs, tokenized, encoded = _encoded_and_texts(tok)
+    sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
+    rows = np.arange(len(encoded))
+    drawn = sampling.resegment(encoded, rows, 24, 24, key=(0, 0))
+    assert drawn.src.shape == (len(rows), 24) and drawn.tgt.shape == (len(rows), 24)
+    for r in rows:
+        src_text, tgt_text = pairs[encoded.index[r]]
+        for ids, n, text in (
+            (drawn.src[r], drawn.src_len[r], src_text),
+            (drawn.tgt[r], drawn.tgt_len[r], tgt_text),
+        ):
+            assert ids[n - 1] == EOS_ID and (ids[n:] == PAD_ID).all()
+            assert tok.decode(ids) == text
+    assert not np.array_equal(drawn.src, encoded.src[:, :24])  # some rows were resampled
+    assert sampling.sides_total == 2 * len(rows) and sampling.sides_sampled > len(rows)
+    # A draw longer than its width keeps the stored (best) ids; a short one is used.
+    long_draws = SubwordSampling.for_pairs(pairs, tokenized, _Drawn(30), _Drawn(3), alpha=0.1)
+    kept = long_draws.resegment(encoded, rows, 24, 24, key=(0, 1))
+    np.testing.assert_array_equal(kept.src, encoded.src[:, :24])
+    np.testing.assert_array_equal(kept.src_len, encoded.src_len)
+    np.testing.assert_array_equal(kept.tgt[:, :4], np.tile([7, 7, 7, EOS_ID], (len(rows), 1)))
+    assert (kept.tgt[:, 4:] == PAD_ID).all() and (kept.tgt_len == 4).all()
+    assert long_draws.sides_sampled == len(rows) and long_draws.sides_total == 2 * len(rows)
+
+
+class _Drawn:
+    """A stand-in tokenizer whose every draw is `length` pieces of id 7."""
+
+    kind = "stub"
+
+    def __init__(self, length):
+        self.length = length
+
+    def encode_sampled(self, texts, **kwargs):
+        return [[7] * self.length for _ in texts]
+
+
+def test_resegment_joined_rows_spell_both_sentences(tok):
+    pairs = list(zip(_sentences(40, seed=4), _sentences(40, seed=5), strict=True))
+    from transformer_jax.data.augment import concatenated_pairs
+
+    tokenized = concatenated_pairs(
+        encoding.tokenize_pairs(pairs, tok, tok), 0.5, max_src_len=64, max_tgt_len=64, seed=0
+    )
+    encoded = encoding.pack_pairs(tokenized, 64, 64)
+    sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
+    joined = np.arange(40, len(encoded))
+    drawn = sampling.resegment(encoded, joined, 64, 64, key=(1, 2))
+    for r, row in enumerate(joined):
+        a, b = tokenized.origin[row]
+        assert b >= 0
+        assert tok.decode(drawn.src[r]) == f"{pairs[a][0]} {pairs[b][0]}"
+        assert tok.decode(drawn.tgt[r]) == f"{pairs[a][1]} {pairs[b][1]}"
+        # The best segmentation of the joined text is the two best ones end to end.
+        assert tok.encode(f"{pairs[a][0]} {pairs[b][0]}") + [EOS_ID] == tokenized.src[row]
+
+
+def _iterator(encoded, sampling, **kwargs):
+    defaults = dict(global_batch=8, seed=3, bucket_boundaries=(8, 12, 24), sampling=sampling)
+    return batching.TrainIterator(encoded, **{**defaults, **kwargs})
+
+
+def _texts(tok, batch):
+    return [
+        (tok.decode(s), tok.decode(t)) for s, t in zip(batch["src"], batch["tgt_out"], strict=True)
+    ]
+
+
+def test_sampled_batches_follow_the_same_plan_with_new_segmentations(tok):
+    pairs, tokenized, encoded = _encoded_and_texts(tok)
+    sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
+    plain, sampled = _iterator(encoded, None), _iterator(encoded, sampling)
+    assert sampled.batches_per_epoch == plain.batches_per_epoch
+    differ = 0
+    for _ in range(3 * plain.batches_per_epoch):
+        a, b = next(plain), next(sampled)
+        assert a["src"].shape == b["src"].shape and a["tgt_out"].shape == b["tgt_out"].shape
+        assert _texts(tok, a) == _texts(tok, b)  # the same pairs, in the same rows
+        np.testing.assert_array_equal(b["tgt_in"][:, 1:], b["tgt_out"][:, :-1])
+        np.testing.assert_array_equal(b["tgt_weight"], b["tgt_out"] != PAD_ID)
+        differ += not np.array_equal(a["src"], b["src"])
+    assert differ > plain.batches_per_epoch
+    # Epoch 3 read on is the epoch recomputed from its number alone.
+    again = [next(sampled) for _ in range(sampled.batches_per_epoch)]
+    for x, y in zip(again, _iterator(encoded, sampling).epoch_batches(3), strict=True):
+        np.testing.assert_array_equal(x["src"], y["src"])
+    # An epoch later, the same pair is read with other draws.
+
+    def by_pair(epoch):
+        out = {}
+        for batch in sampled.epoch_batches(epoch):
+            for texts, ids, n in zip(
+                _texts(tok, batch), batch["src"], batch["src_len"], strict=True
+            ):
+                out[texts] = tuple(ids[:n])
+        return out
+
+    first, second = by_pair(0), by_pair(1)
+    common = first.keys() & second.keys()
+    assert len(common) > 30 and sum(first[k] != second[k] for k in common) > 2
+
+
+def test_sampled_batches_resume_exactly_and_split_over_processes(tok):
+    pairs, tokenized, encoded = _encoded_and_texts(tok)
+
+    def make(**kwargs):
+        sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
+        return _iterator(encoded, sampling, **kwargs)
+
+    reference = make(row_multiple=2)
+    want = [next(reference) for _ in range(30)]
+    it = make(row_multiple=2)
+    for _ in range(17):
+        next(it)
+    resumed = make(row_multiple=2)
+    resumed.set_state(json.loads(json.dumps(it.get_state())))
+    procs = [make(process_index=p, process_count=2) for p in range(2)]
+    for _ in range(17):
+        for p in procs:
+            next(p)
+    for whole in want[17:]:
+        got = next(resumed)
+        parts = [next(p) for p in procs]
+        for key in encoding.BATCH_KEYS:
+            np.testing.assert_array_equal(got[key], whole[key])
+            np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), whole[key])
+
+
+def test_sampling_needs_sentencepiece():
+    tok = WordTokenizer.train(["a b"], min_freq=1)
+    with pytest.raises(ValueError, match="needs SentencePiece tokenizers, got 'word'"):
+        SubwordSampling(["a"], ["b"], tok, tok, alpha=0.1)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(sp_sampling_alpha=0.1), "data.tokenizer='word'"),
+        (dict(tokenizer="sentencepiece", sp_sampling_alpha=1.5), r"must be in \(0, 1\]"),
+        (dict(tokenizer="sentencepiece", sp_sampling_alpha=0.1, sp_sampling_nbest=1), "n >= 2"),
+    ],
+)
+def test_bad_sampling_config_names_the_key(overrides, message):
+    cfg = config.data_config()
+    cfg.update(overrides)
+    if "tokenizer" not in overrides:
+        cfg.tokenizer = "word"
+    with pytest.raises(ValueError, match=message):
+        config.check_data_values(cfg)
+
+
+def test_pipeline_samples_training_batches_only(small_zip, make_cfg, caplog):
+    # Widths with room to spare, so that most draws fit their batch.
+    kwargs = dict(tokenizer="sentencepiece", vocab_size=40, max_src_len=40, max_tgt_len=40)
+    base = pipeline.create_input_pipeline(make_cfg(small_zip, **kwargs))
+    with caplog.at_level("INFO"):
+        pipe = pipeline.create_input_pipeline(make_cfg(small_zip, sp_sampling_alpha=0.1, **kwargs))
+    assert "subword sampling (alpha 0.1, nbest -1)" in caplog.text
+    tok = pipe.src_tokenizer
+    a = list(base.train_iter.epoch_batches(0))
+    b = list(pipe.train_iter.epoch_batches(0))
+    assert [_texts(tok, x) for x in a] == [_texts(tok, x) for x in b]
+    assert any(not np.array_equal(x["src"], y["src"]) for x, y in zip(a, b, strict=True))
+    for split in ("eval", "test"):
+        for x, y in zip(base.eval_batches(split), pipe.eval_batches(split), strict=True):
+            np.testing.assert_array_equal(x["src"], y["src"])
+            np.testing.assert_array_equal(x["tgt_out"], y["tgt_out"])

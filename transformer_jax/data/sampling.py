@@ -1,0 +1,134 @@
+"""Subword regularization: a fresh segmentation of each training sentence whenever it is read.
+
+A model trained for many epochs on one segmentation per sentence learns that segmentation by
+heart; drawing a segmentation each time (Kudo 2018, "Subword Regularization"; for BPE,
+Provilkov et al. 2020, "BPE-Dropout") shows it the same sentence as different piece sequences,
+a regularizer that costs no step time. Translation, evaluation and the teacher-forced
+validation loss keep the one best segmentation.
+
+The epoch plan (which pairs form a batch, and its padded widths) stays the one of the best
+segmentation, so batch shapes, epochs, resumption and multi-host slicing are unchanged; a
+sampled side longer than its batch's width keeps its best segmentation instead (the log
+counts how many sides were sampled). Every process samples the whole global batch from a
+seed of (seed, epoch, batch) and takes its own rows, so 2 processes x 1 device see what
+1 process x 2 devices sees, and a resumed run reads exactly the batches it would have read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from transformer_jax.data.encoding import EncodedPairs, TokenizedPairs
+from transformer_jax.data.vocab import EOS_ID, PAD_ID
+
+
+class SubwordSampling:
+    """Resegments rows of the training `EncodedPairs` with sampled segmentations.
+
+    Args:
+      src_texts, tgt_texts: the text of every tokenized training row (`EncodedPairs.index`
+        points into them): a real pair's sentences, or a joined pair's two sentences joined
+        by a space (data/augment.py).
+      src_tokenizer, tgt_tokenizer: tokenizers with `encode_sampled` (SentencePiece).
+      alpha: unigram smoothing (P ∝ P(x)^alpha) or BPE-dropout probability; > 0.
+      nbest: unigram candidates to sample from (-1 = all, or >= 2).
+      seed: with (epoch, batch), seeds each batch's draws.
+    """
+
+    def __init__(
+        self,
+        src_texts: Sequence[str],
+        tgt_texts: Sequence[str],
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        alpha: float,
+        nbest: int = -1,
+        seed: int = 0,
+    ):
+        if len(src_texts) != len(tgt_texts):
+            raise ValueError(f"{len(src_texts)} source texts but {len(tgt_texts)} target texts.")
+        for tokenizer in (src_tokenizer, tgt_tokenizer):
+            if not hasattr(tokenizer, "encode_sampled"):
+                raise ValueError(
+                    f"subword sampling needs SentencePiece tokenizers, got {tokenizer.kind!r}; "
+                    "set data.tokenizer='sentencepiece' or data.sp_sampling_alpha=0."
+                )
+        self._texts = (list(src_texts), list(tgt_texts))
+        self._tokenizers = (src_tokenizer, tgt_tokenizer)
+        self.alpha, self.nbest, self.seed = float(alpha), int(nbest), int(seed)
+        self.sides_sampled = 0  # sides whose draw fit its batch's width ...
+        self.sides_total = 0  # ... of all sides resegmented (for the log)
+
+    @classmethod
+    def for_pairs(
+        cls,
+        pairs: Sequence[tuple[str, str]],
+        tokenized: TokenizedPairs,
+        src_tokenizer,
+        tgt_tokenizer,
+        **kwargs,
+    ) -> SubwordSampling:
+        """For the rows of `tokenized`, made from `pairs` (joined rows through `origin`)."""
+        if tokenized.origin is None:
+            src_texts = [src for src, _ in pairs]
+            tgt_texts = [tgt for _, tgt in pairs]
+        else:
+
+            def text(side: int, first: int, second: int) -> str:
+                head = pairs[first][side]
+                return head if second < 0 else f"{head} {pairs[second][side]}"
+
+            src_texts = [text(0, a, b) for a, b in tokenized.origin.tolist()]
+            tgt_texts = [text(1, a, b) for a, b in tokenized.origin.tolist()]
+        return cls(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer, **kwargs)
+
+    def _seed(self, key: Sequence[int], side: int) -> int:
+        return int(np.random.SeedSequence([self.seed, *key, side]).generate_state(1)[0])
+
+    def resegment(
+        self,
+        encoded: EncodedPairs,
+        rows: np.ndarray,
+        src_width: int,
+        tgt_width: int,
+        key: Sequence[int],
+    ) -> EncodedPairs:
+        """Rows `rows` (G,) of `encoded`, each side freshly segmented, as G rows of widths
+        (src_width, tgt_width).
+
+        A side whose draw (with `<eos>`) is longer than its width keeps `encoded`'s ids, which
+        fit by the plan's construction. `key` (e.g. (epoch, batch)) picks the draws: the same
+        key gives the same rows.
+        """
+        pair_index = encoded.index[rows] if encoded.index is not None else rows
+        sides = []
+        for side, (stored, stored_len, width) in enumerate(
+            ((encoded.src, encoded.src_len, src_width), (encoded.tgt, encoded.tgt_len, tgt_width))
+        ):
+            texts = [self._texts[side][i] for i in pair_index.tolist()]
+            drawn = self._tokenizers[side].encode_sampled(
+                texts, alpha=self.alpha, nbest=self.nbest, seed=self._seed(key, side)
+            )
+            lengths = np.fromiter(map(len, drawn), np.int32, len(rows)) + 1  # with <eos>
+            fits = lengths <= width
+            # Rows whose draw does not fit keep the best segmentation, which the plan fitted.
+            ids = stored[rows, :width].copy()
+            lengths = np.where(fits, lengths, stored_len[rows])
+            ids[fits] = PAD_ID
+            kept = np.flatnonzero(fits)
+            flat = np.fromiter(
+                itertools.chain.from_iterable(drawn[r] + [EOS_ID] for r in kept.tolist()),
+                np.int32,
+            )
+            row_of = np.repeat(kept, lengths[kept])
+            starts = np.cumsum(lengths[kept]) - lengths[kept]
+            ids[row_of, np.arange(len(flat)) - np.repeat(starts, lengths[kept])] = flat
+            self.sides_sampled += len(kept)
+            self.sides_total += len(rows)
+            sides.append((ids, lengths))
+        (src, src_len), (tgt, tgt_len) = sides
+        return EncodedPairs(src, src_len, tgt, tgt_len)
