@@ -214,6 +214,11 @@ def test_pipeline_samples_training_batches_only(small_zip, make_cfg, caplog):
     b = list(pipe.train_iter.epoch_batches(0))
     assert [_texts(tok, x) for x in a] == [_texts(tok, x) for x in b]
     assert any(not np.array_equal(x["src"], y["src"]) for x, y in zip(a, b, strict=True))
+    # Reading past the end of an epoch logs how many reads were drawn.
+    with caplog.at_level("INFO"):
+        for _ in range(pipe.train_iter.batches_per_epoch + 1):
+            next(pipe.train_iter)
+    assert "after epoch 0, " in caplog.text and "sentence reads used a drawn" in caplog.text
     for split in ("eval", "test"):
         for x, y in zip(base.eval_batches(split), pipe.eval_batches(split), strict=True):
             np.testing.assert_array_equal(x["src"], y["src"])

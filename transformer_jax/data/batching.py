@@ -224,6 +224,8 @@ class TrainIterator:
     def __next__(self) -> dict[str, np.ndarray]:
         plan = self._current_plan()
         if self._position >= len(plan):
+            if self._sampling is not None:
+                self._sampling.log_counts(f"epoch {self._epoch}")
             self._epoch += 1
             self._position = 0
             self._plan = None

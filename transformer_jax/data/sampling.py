@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+from absl import logging
 
 from transformer_jax.data.encoding import EncodedPairs, TokenizedPairs
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
@@ -85,6 +86,17 @@ class SubwordSampling:
             src_texts = [text(0, a, b) for a, b in tokenized.origin.tolist()]
             tgt_texts = [text(1, a, b) for a, b in tokenized.origin.tolist()]
         return cls(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer, **kwargs)
+
+    def log_counts(self, when: str) -> None:
+        """Logs the share of sides read with a drawn segmentation so far (alpha's effect)."""
+        if self.sides_total:
+            logging.info(
+                "Data: after %s, %.1f %% of %d sentence reads used a drawn segmentation (the "
+                "rest drew one too long for their batch and kept the best)",
+                when,
+                100 * self.sides_sampled / self.sides_total,
+                self.sides_total,
+            )
 
     def _seed(self, key: Sequence[int], side: int) -> int:
         return int(np.random.SeedSequence([self.seed, *key, side]).generate_state(1)[0])
