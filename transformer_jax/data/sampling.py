@@ -119,12 +119,12 @@ class SubwordSampling:
         fit by the plan's construction. `key` (e.g. (epoch, batch)) picks the draws: the same
         key gives the same rows.
         """
-        pair_index = encoded.index[rows] if encoded.index is not None else rows
+        pair_index = (encoded.index[rows] if encoded.index is not None else rows).tolist()
         sides = []
         for side, (stored, stored_len, width) in enumerate(
             ((encoded.src, encoded.src_len, src_width), (encoded.tgt, encoded.tgt_len, tgt_width))
         ):
-            texts = [self._texts[side][i] for i in pair_index.tolist()]
+            texts = [self._texts[side][i] for i in pair_index]
             drawn = self._tokenizers[side].encode_sampled(
                 texts, alpha=self.alpha, nbest=self.nbest, seed=self._seed(key, side)
             )
