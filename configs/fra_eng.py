@@ -58,7 +58,7 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 # one tied 4,000-piece vocabulary, batches of ~2,048 tokens, norm first with a linear decay from
 # 8e-3) with 3+3 layers for 15,000 steps and subword regularization (curve in the module
 # docstring): 57.9 minutes on the Zen 4 EPYC of 2026-11-25 (night). Subword sampling at
-# α 0.5 (6 % more pieces a sentence, 40 % of reads resegmented) reached 43.64 greedy / 45.17
+# α 0.5 (6 % more pieces a sentence, 40 % of draws unlike the best) reached 43.64 greedy / 45.17
 # beam 4 at step 15,000; at α 0.3 (19 % more pieces, 70 %) the model learned more slowly
 # (-1.2 BLEU at steps 4,800 and 7,400) and scored 43.17 / 44.55 at step 15,601 of 16,000 in
 # the hour; without it, 43.12 / 44.75 at 16,000 steps on a faster Xeon, overfitting (17,400
