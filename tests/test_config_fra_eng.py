@@ -63,7 +63,7 @@ def test_readme_run_and_hour_translate_with_beam_4_and_the_book_and_runlocal_gre
 
     for arg in (None, "hour"):  # one setting: the run's reports, translate and evaluate
         c = fra_eng.get_config(arg)
-        assert c.eval.beam_size == 4 and c.eval.alpha == (1.2 if arg else 0.6), arg
+        assert c.eval.beam_size == 4 and c.eval.alpha == (1.0 if arg else 0.6), arg
         assert decode_settings(c)["beam_size"] == 4, arg
         assert decode_settings(c)["alpha"] == c.eval.alpha, arg
         assert decode_settings(c, beam_size=1)["beam_size"] == 1  # --beam_size=1 wins
@@ -92,7 +92,7 @@ def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     assert hour.num_train_steps == 15_000 > default.num_train_steps
     # The hour's beam length penalty was chosen on the validation split (the README run keeps
     # GNMT's 0.6), and the README run leaves validation BLEU to its test report.
-    assert (hour.eval.alpha, default.eval.alpha) == (1.2, 0.6)
+    assert (hour.eval.alpha, default.eval.alpha) == (1.0, 0.6)
     assert (hour.eval.num_bleu_examples, default.eval.num_bleu_examples) == (100, 0)
     hour.eval.alpha, hour.eval.num_bleu_examples = default.eval.alpha, 0
     assert hour.eval == default.eval

@@ -140,18 +140,20 @@ def test_learned_positions_give_a_clear_error_naming_the_limit(model):
 
 
 def test_output_budget_follows_the_source_length(model):
-    """a·S + b rounded up to 8, or max_decode_len; a long source gets a long budget."""
+    """a·W + b rounded up to 8 (W the batch's source width), or max_decode_len; a long source
+    gets a long budget, and sources of one width share one budget (one compiled program)."""
     assert output_budget(5, max_len_a=2.0, max_len_b=10) == 24  # 20 -> 24
     assert output_budget(40, max_len_a=1.5, max_len_b=10) == 72  # 70 -> 72
     assert output_budget(40, max_decode_len=9) == 9
     assert output_budget(40, max_len_a=2.0, max_len_b=10, position_limit=64) == 64
     cfg, params = model
-    short, long = "go .", " ".join(["go", "home"] * 15)
+    short, short4, long = "go .", "go home .", " ".join(["go", "home"] * 15)
     out = translate_detailed(
-        cfg, params, SRC, TGT, [short, long], max_len_a=2.0, max_len_b=10, batch_size=1
+        cfg, params, SRC, TGT, [short, long, short4], max_len_a=2.0, max_len_b=10, batch_size=1
     )
-    # Each sorted batch of one: budgets 16 (2·3 + 10) and 72 (2·31 + 10 -> 72).
-    assert [len(t) for t in out.tokens] == [16, 72]
+    # Each sorted batch of one: 3 and 4 tokens are width 8, budget 2·8 + 10 -> 32; 31 tokens
+    # width 32, budget 2·32 + 10 -> 80.
+    assert [len(t) for t in out.tokens] == [32, 80, 32]
 
 
 def test_many_bad_inputs_give_one_summary_warning_each():

@@ -7,9 +7,13 @@ Text never reaches this module: `inference.Translator` encodes sentences with da
 
 Sources are never cut: only a model with a learned position table has a hard limit (a clear
 error). The output budget follows the source, as fairseq's `--max-len-a/b`: at most
-`max_len_a · S + max_len_b` tokens, S the longest source of the batch. Sources are sorted
-by length so a batch holds similar lengths, padded to a few fixed shapes (one compilation
-each), and returned in the input order.
+`max_len_a · W + max_len_b` tokens, W the batch's source width (its longest source rounded
+up to a multiple of 8). Sources are sorted by length so a batch holds similar lengths,
+padded to a few fixed shapes, and returned in the input order. Each shape is one
+compilation, so the budget follows the width rather than the longest source itself: a
+budget is a cap (decoding stops when every hypothesis has ended), and one program per
+width instead of one per (width, budget) pair is 4 beam programs instead of 9 for the
+fra-eng test split (about 2.5 s of compiling each for the README model).
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def decode_ids(
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
 
-    Each batch may generate `output_budget(S)` tokens, S its longest source (see the module
+    Each batch may generate `output_budget(W)` tokens, W its source width (see the module
     docstring). Returns one (L,) array per source (the best hypothesis: `<eos>` then `<pad>`).
     """
     if beam_size < 1:
@@ -122,7 +126,7 @@ def decode_ids(
         if limit is not None:
             width = min(width, limit)
         length = output_budget(
-            longest,
+            width,
             max_len_a=max_len_a,
             max_len_b=max_len_b,
             max_decode_len=max_decode_len,

@@ -314,7 +314,7 @@ def format_report(report: dict[str, Any]) -> str:
     budget = (
         f"at most {report['max_decode_len']} tokens"
         if report["max_decode_len"]
-        else f"at most {report['max_len_a']:g}·S + {report['max_len_b']} tokens (S = source)"
+        else f"at most {report['max_len_a']:g}·W + {report['max_len_b']} tokens (W = source width)"
     )
     averaged = report.get("averaged_steps")
     title = f"# Evaluation of {report['workdir']} at step {report['step']}"

@@ -178,7 +178,8 @@ class Translator:
         `trained_len` is translated whole with a `DecodingWarning`; with learned positions,
         one beyond the table is a `SourceTooLongError`. An empty sentence gets a
         warning and the translation "". Each batch generates at most `max_decode_len` tokens
-        if given, else `max_len_a · S + max_len_b`, S its longest source.
+        if given, else `max_len_a · W + max_len_b`, W its source width (the longest
+        source rounded up to 8).
         """
         return self.translate_detailed(sentences, **settings).texts
 

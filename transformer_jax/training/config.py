@@ -86,8 +86,9 @@ def eval_defaults() -> ml_collections.ConfigDict:
     c.beam_size = 1
     c.alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha (Wu et al. 2016)
     # Output budget per decoding batch, as fairseq's --max-len-a/b: at most
-    # max_len_a · (longest source in the batch, tokens with <eos>) + max_len_b tokens, so a
-    # long sentence is never cut by a training-time cap. max_decode_len > 0 overrides it.
+    # max_len_a · W + max_len_b tokens, W the batch's source width (its longest source with
+    # <eos>, rounded up to 8: one compilation per width), so a long sentence is never cut by
+    # a training-time cap. max_decode_len > 0 overrides it.
     c.max_len_a = 2.0
     c.max_len_b = 10
     c.max_decode_len = 0
