@@ -44,7 +44,11 @@ def test_runs_keep_whole_pairs_and_only_the_book_truncates():
     assert fra_eng.get_config("d2l").data.long_pairs == "truncate"
     default = fra_eng.get_config()
     assert default.data.max_src_len == default.data.max_tgt_len == 64
-    assert default.data.bucket_boundaries[-1] == 64  # the last bucket holds the longest pairs
+    # Packed rows of the longest kept pair's width; the hour keeps its (measured) buckets.
+    assert default.data.packing and not default.data.bucketing
+    hour = fra_eng.get_config("hour")
+    assert hour.data.bucketing and not hour.data.packing
+    assert hour.data.bucket_boundaries[-1] == 64  # the last bucket holds the longest pairs
     assert default.eval.num_test_examples == 1000
 
 
@@ -70,7 +74,7 @@ def test_readme_run_and_hour_translate_with_beam_4_and_the_book_and_runlocal_gre
     for arg in ("d2l", "runlocal", "hour,runlocal", "small"):
         assert fra_eng.get_config(arg).eval.beam_size == 1, arg
     # The beam pays for a third of the README run's steps (configs/fra_eng.py).
-    assert fra_eng.get_config().num_train_steps == 2400
+    assert fra_eng.get_config().num_train_steps == 1800
 
 
 def test_hour_recipe_is_the_readme_run_deeper_and_longer():
@@ -87,6 +91,8 @@ def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     # The hour reads its sentences with drawn segmentations (subword regularization).
     assert (hour.data.sp_sampling_alpha, default.data.sp_sampling_alpha) == (0.5, 0.0)
     hour.data.sp_sampling_alpha = 0.0
+    # The README run packs its rows; the hour was measured with length buckets.
+    hour.data.packing, hour.data.bucketing = True, False
     assert hour.data == default.data
     assert hour.schedule == default.schedule == "linear"
     assert hour.num_train_steps == 15_000 > default.num_train_steps
@@ -138,6 +144,10 @@ def test_bad_variant_argument_lists_the_choices():
         (
             lambda c: setattr(c, "data", _section(c.data, bucketing=1)),
             r"data.bucketing=1 must be True or False",
+        ),
+        (
+            lambda c: setattr(c, "data", _section(c.data, packing="yes")),
+            r"data.packing='yes' must be True or False",
         ),
         (
             lambda c: setattr(c, "eval", _section(c.eval, alpha="0.6")),

@@ -28,6 +28,7 @@ def test_default_config_is_valid():
         ("long_pairs", "cut", {}, r"long_pairs='cut'.*'skip', 'truncate'"),
         ("batch_tokens", -5, {}, r"batch_tokens=-5 needs"),
         ("batch_tokens", 100, {"num_devices": 2}, r"batch_tokens=100 .*64 x 2 .*use >= 128"),
+        ("packing", True, {}, r"data.packing=True .*set data.bucketing=False"),
     ],
 )
 def test_validation_names_bad_value(key, value, kwargs, message):
@@ -37,6 +38,15 @@ def test_validation_names_bad_value(key, value, kwargs, message):
     cfg[key] = value
     with pytest.raises(ValueError, match=message):
         config_lib.validate_data_config(cfg, **kwargs)
+
+
+def test_packing_without_buckets_is_valid_and_takes_the_token_budget():
+    cfg = config_lib.data_config()
+    cfg.packing, cfg.bucketing, cfg.batch_tokens = True, False, 2048
+    config_lib.validate_data_config(cfg, num_devices=2)
+    cfg.packing = False  # a token budget needs buckets or packed rows
+    with pytest.raises(ValueError, match="needs data.bucketing=True or data.packing=True"):
+        config_lib.validate_data_config(cfg)
 
 
 def test_unknown_key_lists_valid_keys():

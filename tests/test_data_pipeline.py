@@ -162,3 +162,21 @@ def test_concat_fraction_adds_joined_pairs_to_training_only(tmp_path, small_zip,
     encoded = pipe.train_iter._encoded  # noqa: SLF001
     dots = [(row[:n] == dot).sum() for row, n in zip(encoded.src, encoded.src_len, strict=True)]
     assert max(dots[len(base.train_iter._encoded) :]) >= 2
+
+
+def test_packed_pipeline_reads_every_training_pair_whole_in_one_shape(
+    tmp_path, small_zip, make_cfg, caplog
+):
+    cfg = make_cfg(small_zip, bucketing=False, packing=True, batch_tokens=40)
+    cfg.drop_remainder = False
+    with caplog.at_level("INFO"):
+        pipe = pipeline.create_input_pipeline(cfg, row_multiple=2)
+    assert "Data: packed rows of 10 source / 10 target tokens, 4 rows a batch" in caplog.text
+    encoded = pipe.train_iter._encoded  # noqa: SLF001
+    want = sorted(tuple(row[:n]) for row, n in zip(encoded.src, encoded.src_len, strict=True))
+    got, shapes = [], set()
+    for batch in pipe.train_iter.epoch_batches(0):
+        shapes.add(batch["src"].shape)
+        for row, segments in zip(batch["src"], batch["src_segment"], strict=True):
+            got.extend(tuple(row[segments == k]) for k in range(1, segments.max() + 1))
+    assert got and sorted(got) == want and shapes == {(4, 10)}

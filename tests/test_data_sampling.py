@@ -8,7 +8,7 @@ import pytest
 from transformer_jax.data import batching, config, encoding, pipeline
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from transformer_jax.data.vocab import EOS_ID, PAD_ID
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.data.word_tokenizer import WordTokenizer
 
 pytest_plugins = ["tests.conftest_data"]
@@ -177,6 +177,35 @@ def test_sampled_batches_resume_exactly_and_split_over_processes(tok):
         for key in encoding.BATCH_KEYS:
             np.testing.assert_array_equal(got[key], whole[key])
             np.testing.assert_array_equal(np.concatenate([q[key] for q in parts]), whole[key])
+
+
+def _packed_texts(tok, batch):
+    """(source, target) text of every pair of a packed batch, row by row."""
+    out = []
+    for r in range(len(batch["src"])):
+        for k in range(1, batch["src_segment"][r].max() + 1):
+            src = batch["src"][r][batch["src_segment"][r] == k]
+            tgt = batch["tgt_out"][r][batch["tgt_segment"][r] == k]
+            out.append((tok.decode(src), tok.decode(tgt)))
+    return out
+
+
+def test_sampled_packed_rows_keep_their_pairs_and_fit(tok):
+    pairs, tokenized, encoded = _encoded_and_texts(tok)
+    sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
+    kwargs = dict(global_batch=4, seed=3, packing=True)
+    plain = batching.TrainIterator(encoded, **kwargs)
+    sampled = batching.TrainIterator(encoded, sampling=sampling, **kwargs)
+    differ = 0
+    for _ in range(2 * plain.batches_per_epoch):
+        a, b = next(plain), next(sampled)
+        assert _packed_texts(tok, a) == _packed_texts(tok, b)  # the same pairs, same rows
+        assert b["src"].shape == (4, 24)  # every row still fits its width
+        np.testing.assert_array_equal(b["tgt_weight"], b["tgt_segment"] > 0)
+        first = (b["tgt_position"] == 0) & (b["tgt_segment"] > 0)
+        np.testing.assert_array_equal(b["tgt_in"][first], BOS_ID)  # each pair's own <bos>
+        differ += not np.array_equal(a["src"], b["src"])
+    assert differ > plain.batches_per_epoch
 
 
 def test_sampling_needs_sentencepiece():

@@ -6,6 +6,9 @@ global_batch (or, with `batch_tokens`, the rows of the batch's bucket,
 `TrainIterator.bucket_rows`):
   src int32 (B_proc, S), src_len int32 (B_proc,), tgt_in / tgt_out int32 (B_proc, T),
   tgt_weight float32 (B_proc, T).
+With `packing` (data/packing.py) every row holds several whole pairs at the full widths,
+`src_len` counts a row's real source tokens, and the batch also has src_segment /
+src_position (B_proc, S) and tgt_segment / tgt_position (B_proc, T) int32.
 The data knows no devices: `training.DataParallel.put_batch` splits a batch over them. It
 only keeps every B_proc a multiple of `row_multiple` (the caller's local device count), so
 the split is even.
@@ -25,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer_jax.data import bucketing
+from transformer_jax.data import bucketing, packing
 from transformer_jax.data.encoding import EncodedPairs, make_batch
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
@@ -41,6 +44,7 @@ _STATE_KEYS = (
     "bucket_boundaries",
     "drop_remainder",
     "batch_tokens",
+    "packing",
 )
 
 
@@ -104,6 +108,8 @@ class TrainIterator:
     (shuffle=True, drop_last=False): ceil(N / global_batch) batches an epoch.
     With `sampling` (data/sampling.py), each global batch of the same plan is resegmented
     with draws seeded by (epoch, batch) before this process takes its rows.
+    With `packing` (data/packing.py), bucketing is replaced: rows of the full widths are
+    filled with whole pairs (`packed_rows` a batch), so every batch has one shape.
     """
 
     def __init__(
@@ -119,8 +125,15 @@ class TrainIterator:
         drop_remainder: bool = True,
         batch_tokens: int = 0,
         sampling: SubwordSampling | None = None,
+        packing: bool = False,
     ):
         self._sampling = sampling
+        self._packing = bool(packing)
+        if self._packing and bucket_boundaries:
+            raise ValueError(
+                "packing fills rows of one width and needs no length buckets; set "
+                "data.bucketing=False (or data.packing=False)."
+            )
         self._process_batch = _check_layout(
             global_batch, row_multiple, process_index, process_count
         )
@@ -144,11 +157,15 @@ class TrainIterator:
             bucketing.bucket_ids(encoded, self._boundaries) if self._boundaries else None
         )
         self._batch_tokens = int(batch_tokens)
-        if self._batch_tokens and self._boundaries is None:
-            raise ValueError("batch_tokens needs length buckets (data.bucketing=True).")
+        if self._batch_tokens and self._boundaries is None and not self._packing:
+            raise ValueError(
+                "batch_tokens needs length buckets (data.bucketing=True) or packed rows "
+                "(data.packing=True)."
+            )
         self._epoch = 0
         self._position = 0
-        self._plan: list[tuple[np.ndarray, int]] | None = None  # the current epoch's batches
+        # The current epoch's batches: (pairs, bucket), or packed (pairs, row of each pair).
+        self._plan: list[tuple[np.ndarray, int]] | None = None
 
     # -- epoch plans --------------------------------------------------------------------------
 
@@ -158,6 +175,16 @@ class TrainIterator:
         rng = np.random.default_rng([self._seed, epoch])
         order = rng.permutation(len(self._encoded))
         gb = self._global_batch
+        if self._packing:
+            return packing.plan_epoch(
+                order,
+                self._encoded.src_len,
+                self._encoded.tgt_len,
+                rows=self.packed_rows,
+                src_width=self._max_src,
+                tgt_width=self._max_tgt,
+                drop_remainder=self._drop_remainder,
+            )
         if self._boundaries is None:
             return [(chunk, -1) for chunk in _chunks(order, gb, self._drop_remainder)]
         if self._batch_tokens:
@@ -173,6 +200,15 @@ class TrainIterator:
         for chunk in _chunks(rest, gb, self._drop_remainder):
             plan.append((chunk, int(self._buckets[chunk[chunk != _DUMMY]].max())))
         return [plan[i] for i in rng.permutation(len(plan))]
+
+    @property
+    def packed_rows(self) -> int:
+        """Global rows of a packed batch: `global_batch`, or with `batch_tokens` as many rows of
+        the full width as fit the budget (a multiple of processes · row_multiple)."""
+        if not self._batch_tokens:
+            return self._global_batch
+        width = max(self._max_src, self._max_tgt)
+        return max(self._batch_tokens // width // self._shards * self._shards, self._shards)
 
     def bucket_rows(self, bucket: int) -> int:
         """Global rows of a batch of `bucket`: `global_batch`, or with `batch_tokens` as many
@@ -211,6 +247,11 @@ class TrainIterator:
     def batches_per_epoch(self) -> int:
         return len(self._current_plan())
 
+    @property
+    def epoch_plan(self) -> list[tuple[np.ndarray, np.ndarray | int]]:
+        """The current epoch's batches: [(pairs, bucket)], or [(pairs, row of each)] packed."""
+        return self._current_plan()
+
     def _current_plan(self) -> list[tuple[np.ndarray, int]]:
         if self._plan is None:
             self._plan = self._epoch_plan(self._epoch)
@@ -232,6 +273,8 @@ class TrainIterator:
             plan = self._current_plan()
         indices, bucket = plan[self._position]
         self._position += 1
+        if self._packing:
+            return self._packed_batch(indices, row_of=bucket)
         per_process = len(indices) // self._process_count  # global_batch, or by batch_tokens
         start = self._process_index * per_process
         mine = indices[start : start + per_process]
@@ -247,6 +290,21 @@ class TrainIterator:
         if not real.all():
             _fill_dummies(batch, real)
         return batch  # (B_proc, ...)
+
+    def _packed_batch(self, pairs: np.ndarray, row_of: np.ndarray) -> dict[str, np.ndarray]:
+        """This process's rows of the packed global batch `pairs` / `row_of`."""
+        per_process = self.packed_rows // self._process_count
+        widths = dict(src_width=self._max_src, tgt_width=self._max_tgt)
+        rows = dict(first_row=self._process_index * per_process, num_rows=per_process)
+        if self._sampling is None:
+            return packing.packed_batch(self._encoded, pairs, row_of, **rows, **widths)
+        # Every process draws the whole global batch alike, then takes its rows; a row
+        # whose draws no longer fit keeps the best segmentation that the plan fitted.
+        key = (self._epoch, self._position - 1)
+        drawn = self._sampling.resegment(self._encoded, pairs, *widths.values(), key=key)
+        drawn, given_back = packing.fit_rows(drawn, self._encoded, pairs, row_of, **widths)
+        self._sampling.sides_sampled -= given_back
+        return packing.packed_batch(drawn, np.arange(len(pairs)), row_of, **rows, **widths)
 
     def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
         """The batches of one whole epoch, without moving the iterator (for reports)."""
@@ -270,13 +328,14 @@ class TrainIterator:
             "bucket_boundaries": list(self._boundaries) if self._boundaries else None,
             "drop_remainder": self._drop_remainder,
             "batch_tokens": self._batch_tokens,
+            "packing": self._packing,
         }
 
     def set_state(self, state: dict) -> None:
         """Restores `get_state()`; refuses a state from a different data setup."""
         mine = self.get_state()
         # States saved before the option existed always dropped the remainder.
-        state = {"drop_remainder": True, "batch_tokens": 0, **state}
+        state = {"drop_remainder": True, "batch_tokens": 0, "packing": False, **state}
         for key in _STATE_KEYS:
             if state.get(key) != mine[key]:
                 raise ValueError(

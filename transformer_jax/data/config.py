@@ -118,6 +118,11 @@ def data_config() -> ml_collections.ConfigDict:
     c.batch_tokens = 0
     # Length bucketing for training batches (pads to the smallest boundary that fits).
     c.bucketing = True
+    # Packed rows instead of buckets (data/packing.py): each training row of max_src_len /
+    # max_tgt_len tokens holds several whole pairs, attention stays within each pair, and one
+    # batch shape means one compiled step. Rows a batch: batch_tokens // max length (or
+    # batch_size). Needs bucketing=False. Evaluation batches keep one pair a row.
+    c.packing = False
     # Padded lengths used with bucketing; () = every `bucket_step` tokens up to the max length.
     # A small fixed set, so a jitted step compiles once per boundary only.
     c.bucket_boundaries = ()
@@ -223,10 +228,17 @@ def check_data_values(cfg: ml_collections.ConfigDict) -> None:
         raise ValueError(f"data.vocab_size={cfg.vocab_size} is too small; use e.g. 8000.")
     if cfg.min_freq < 1:
         raise ValueError(f"data.min_freq={cfg.min_freq} must be >= 1 (the book uses 2).")
-    if cfg.batch_tokens < 0 or (cfg.batch_tokens and not cfg.bucketing):
+    if not isinstance(cfg.packing, bool):
+        raise ValueError(f"data.packing={cfg.packing!r} must be True or False.")
+    if cfg.packing and cfg.bucketing:
         raise ValueError(
-            f"data.batch_tokens={cfg.batch_tokens} needs data.bucketing=True and a value >= 0 "
-            "(0 = batch_size rows per batch)."
+            "data.packing=True fills rows of one width and replaces length buckets: set "
+            "data.bucketing=False as well (or data.packing=False)."
+        )
+    if cfg.batch_tokens < 0 or (cfg.batch_tokens and not (cfg.bucketing or cfg.packing)):
+        raise ValueError(
+            f"data.batch_tokens={cfg.batch_tokens} needs data.bucketing=True or "
+            "data.packing=True, and a value >= 0 (0 = batch_size rows per batch)."
         )
     if cfg.bucketing:
         boundaries = list(cfg.bucket_boundaries)

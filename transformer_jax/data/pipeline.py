@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import augment, batching, bucketing, lengths, sources
+from transformer_jax.data import augment, batching, bucketing, lengths, packing, sources
 from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
@@ -153,6 +153,7 @@ def create_input_pipeline(
         drop_remainder=cfg.drop_remainder,
         batch_tokens=cfg.batch_tokens,
         sampling=sampling,
+        packing=cfg.packing,
     )
     sizes = sources.split_sizes(cfg)
     sizes.update(
@@ -176,6 +177,18 @@ def create_input_pipeline(
         cfg.tokenizer,
         boundaries,
     )
+    if cfg.packing:
+        fill = packing.plan_fill(train_iter.epoch_plan, train_encoded, train_iter.packed_rows)
+        logging.info(
+            "Data: packed rows of %d source / %d target tokens, %d rows a batch, %d batches an "
+            "epoch; real tokens %.1f %% of the source and %.1f %% of the target side",
+            cfg.max_src_len,
+            cfg.max_tgt_len,
+            train_iter.packed_rows,
+            fill["batches"],
+            100 * fill["src"],
+            100 * fill["tgt"],
+        )
     if cfg.long_pairs == "skip":
         logging.info(
             "Data: skipped %d of %d training pairs longer than %d source / %d target tokens "

@@ -8,7 +8,7 @@ from transformer_jax.nn.feed_forward import FeedForward
 from transformer_jax.nn.normalization import Norm
 from transformer_jax.nn.residual import Residual
 from transformer_jax.nn.stacks import Decoder, Encoder
-from transformer_jax.nn.transformer import CausalLM, OutputProjection, Transformer
+from transformer_jax.nn.transformer import CausalLM, OutputProjection, Packing, Transformer
 
 __all__ = [
     "CausalLM",
@@ -22,6 +22,7 @@ __all__ = [
     "MultiHeadAttention",
     "Norm",
     "OutputProjection",
+    "Packing",
     "PositionalEncoding",
     "Residual",
     "Transformer",

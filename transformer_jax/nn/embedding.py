@@ -56,7 +56,9 @@ class PositionalEncoding(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    def __call__(self, x: jnp.ndarray, positions: jnp.ndarray | None = None) -> jnp.ndarray:
+        """x (B, T, D); `positions` (B, T) int, each token's place in its sentence (packed
+        rows restart at 0 for each sentence); None = 0..T-1 (after the cache in decode mode)."""
         cfg = self.config
         length, dim = x.shape[1], x.shape[2]
         limit = cfg.position_limit
@@ -74,15 +76,25 @@ class PositionalEncoding(nn.Module):
             if initialized:
                 offset = index.value
                 index.value = offset + length
+        if positions is not None and cfg.decode:
+            raise ValueError("explicit positions are for packed training rows, not decode mode.")
         if cfg.positional == "learned":
             table = self.param(
                 "position_embedding", nn.initializers.normal(0.02), (cfg.max_len, dim), jnp.float32
             )
-            rows = jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)  # (T, D)
+            if positions is None:
+                rows = jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]
+            else:  # every position < T <= max_len (checked above)
+                rows = jnp.take(table, positions, axis=0)  # (B, T, D)
         else:
             # Computed for the positions themselves: no table, so no length limit.
-            rows = ops.sinusoidal_rows(offset + jnp.arange(length, dtype=jnp.int32), dim)  # (T, D)
-        x = x + rows[None].astype(x.dtype)
+            if positions is None:
+                positions = (offset + jnp.arange(length, dtype=jnp.int32))[None]  # (1, T)
+            rows = ops.sinusoidal_rows(positions, dim)  # (1 or B, T, D)
+        return self._dropout(x + rows.astype(x.dtype))
+
+    def _dropout(self, x: jnp.ndarray) -> jnp.ndarray:
+        cfg = self.config
         deterministic = cfg.deterministic or cfg.dropout_rate == 0
         rng = None if deterministic else self.make_rng("dropout")
         return ops.dropout(x, cfg.dropout_rate, rng, deterministic)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import NamedTuple
+
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -11,6 +14,27 @@ from transformer_jax.nn.embedding import Embed
 from transformer_jax.nn.stacks import Decoder, Encoder
 
 Array = jnp.ndarray
+
+
+class Packing(NamedTuple):
+    """Where the sentences of packed rows are (data/packing.py), all int32.
+
+    src_segment (B, S), tgt_segment (B, T): 1, 2, … for the pairs of a row (pair k's source
+    and target share k), 0 on padding. src_position (B, S), tgt_position (B, T): each token's
+    place in its own sentence.
+    """
+
+    src_segment: Array
+    src_position: Array
+    tgt_segment: Array
+    tgt_position: Array
+
+    @classmethod
+    def from_batch(cls, batch: Mapping[str, Array]) -> Packing | None:
+        """The packing of a training batch, or None for a batch of one pair a row."""
+        if "src_segment" not in batch:
+            return None
+        return cls(*(batch[key] for key in cls._fields))
 
 
 class Dense(nn.Module):
@@ -76,20 +100,41 @@ class Transformer(nn.Module):
             cfg, cfg.tgt_vocab_size, embed=tgt_embed if cfg.tie_output else None
         )
 
-    def encode(self, src: Array, src_len: Array) -> Array:
+    def encode(self, src: Array, src_len: Array, packing: Packing | None = None) -> Array:
         """src (B, S) int, src_len (B,) -> memory (B, S, D)."""
-        return self.encoder(src, src_len)
+        if packing is None:
+            return self.encoder(src, src_len)
+        return self.encoder(src, src_len, packing.src_segment, packing.src_position)
 
-    def decode(self, memory: Array, src_len: Array, tgt_in: Array) -> Array:
+    def decode(
+        self, memory: Array, src_len: Array, tgt_in: Array, packing: Packing | None = None
+    ) -> Array:
         """memory (B, S, D), src_len (B,), tgt_in (B, T) -> logits (B, T, V) float32.
 
         In decode mode `tgt_in` holds only the new token(s), (B, 1).
         """
-        return self.output(self.decoder(tgt_in, memory, src_len))
+        if packing is None:
+            return self.output(self.decoder(tgt_in, memory, src_len))
+        hidden = self.decoder(
+            tgt_in,
+            memory,
+            src_len,
+            packing.tgt_segment,
+            packing.tgt_position,
+            packing.src_segment,
+        )
+        return self.output(hidden)
 
-    def __call__(self, src: Array, src_len: Array, tgt_in: Array) -> Array:
-        """Teacher-forced logits (B, T, V) for source (B, S) and decoder input (B, T)."""
-        return self.decode(self.encode(src, src_len), src_len, tgt_in)
+    def __call__(
+        self, src: Array, src_len: Array, tgt_in: Array, packing: Packing | None = None
+    ) -> Array:
+        """Teacher-forced logits (B, T, V) for source (B, S) and decoder input (B, T).
+
+        `packing`: the segments and positions of packed rows (several pairs a row,
+        data/packing.py); None for one pair a row.
+        """
+        memory = self.encode(src, src_len, packing)
+        return self.decode(memory, src_len, tgt_in, packing)
 
 
 class CausalLM(nn.Module):

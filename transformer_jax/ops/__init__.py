@@ -8,7 +8,13 @@ from transformer_jax.ops.attention import (
 )
 from transformer_jax.ops.dropout import dropout
 from transformer_jax.ops.ffn import ACTIVATIONS, position_wise_ffn
-from transformer_jax.ops.masks import causal_mask, combine_masks, padding_mask, valid_length_mask
+from transformer_jax.ops.masks import (
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    segment_mask,
+    valid_length_mask,
+)
 from transformer_jax.ops.matmul import GRADIENTS, ForwardModeError, einsum
 from transformer_jax.ops.norms import layer_norm, rms_norm
 from transformer_jax.ops.positional import sinusoidal_rows, sinusoidal_table
@@ -31,6 +37,7 @@ __all__ = [
     "position_wise_ffn",
     "rms_norm",
     "scaled_dot_product_attention",
+    "segment_mask",
     "sinusoidal_rows",
     "sinusoidal_table",
     "softmax",

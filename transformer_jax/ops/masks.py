@@ -48,6 +48,25 @@ def causal_mask(num_queries: int, num_keys: int | None = None, offset: int | Arr
     return (k_pos <= q_pos)[None, None]  # (1, 1, T, S)
 
 
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+    """Tokens of a packed row attend only within their own sentence.
+
+    A packed row (data/packing.py) holds several sentences one after another, numbered
+    1, 2, … in `segments`, with 0 on padding. A query may attend to a key of the same number:
+    sentences never see each other or the padding, and padding queries see only padding (or
+    nothing; `masked_softmax` gives such a row zero weights), whose outputs carry no loss.
+
+    Args:
+      query_segments: (B, T) int, the segment of each query token.
+      key_segments: (B, S) int, the segment of each key token.
+
+    Returns:
+      (B, 1, T, S) boolean.
+    """
+    same = query_segments[:, :, None] == key_segments[:, None, :]  # (B, T, S)
+    return same[:, None, :, :]
+
+
 def padding_mask(tokens: Array, pad_id: int = 0) -> Array:
     """Mask keys that are padding tokens.
 

@@ -38,6 +38,9 @@ def sinusoidal_table(max_len: int, dim: int) -> jnp.ndarray:
 def sinusoidal_rows(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
     """Rows of the sinusoidal table for int positions (T,) (traced or not) -> (T, D) float32.
 
+    Any shape works: positions (B, T), e.g. restarting at 0 for each sentence of a packed row
+    (data/packing.py), give (B, T, D).
+
     Computed in float32 (the frequencies in float64 first), so positions need no table and no
     limit; within 1e-5 of `sinusoidal_table` for positions below ~200 and within 1e-4 below
     ~2000 (the float32 rounding of the angle i·ω). Full and cached decoding call this with
@@ -46,6 +49,6 @@ def sinusoidal_rows(positions: jnp.ndarray, dim: int) -> jnp.ndarray:
     if dim < 1:
         raise ValueError(f"sinusoidal_rows needs dim >= 1, got {dim}.")
     freq = jnp.asarray(_inverse_frequencies(dim), jnp.float32)  # (ceil(D/2),)
-    angles = positions.astype(jnp.float32)[:, None] * freq[None, :]  # (T, ceil(D/2))
-    rows = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # (T, ceil(D/2), 2)
-    return rows.reshape(positions.shape[0], -1)[:, :dim]  # (T, D): sin, cos interleaved
+    angles = positions.astype(jnp.float32)[..., None] * freq  # (..., T, ceil(D/2))
+    rows = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # (..., T, ceil(D/2), 2)
+    return rows.reshape(*positions.shape, -1)[..., :dim]  # (..., T, D): sin, cos interleaved

@@ -5,7 +5,9 @@ in `parallel.py`. Both steps are pure functions `(state, batch) -> (state, metri
 later change can `lax.scan` several of them in one call.
 
 Batch leaves on one device: src (B, S) int32, src_len (B,) int32, tgt_in / tgt_out (B, T)
-int32, tgt_weight (B, T) float32 (0 on padding and on padded rows).
+int32, tgt_weight (B, T) float32 (0 on padding and on padded rows); a batch of packed rows
+(data/packing.py) also has src_segment / src_position (B, S) and tgt_segment / tgt_position
+(B, T) int32 (`nn.Packing`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ml_collections
 import optax
 from jax import lax
 
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.nn import ModelConfig, Packing, Transformer
 from transformer_jax.training.losses import weighted_loss_sums
 from transformer_jax.training.state import TrainState
 
@@ -49,8 +51,9 @@ def step_kwargs(
 
 def _logits(model: nn.Module, params, batch: Batch, rng: jax.Array | None) -> jax.Array:
     rngs = None if rng is None else {"dropout": rng}
+    packing = Packing.from_batch(batch)  # several pairs a row, or None
     return model.apply(
-        {"params": params}, batch["src"], batch["src_len"], batch["tgt_in"], rngs=rngs
+        {"params": params}, batch["src"], batch["src_len"], batch["tgt_in"], packing, rngs=rngs
     )  # (B, T, V)
 
 
