@@ -48,7 +48,7 @@ def compilations() -> Iterator[list[str]]:
 
 def test_steps_after_warm_up_compile_nothing(tmp_path):
     config = fra_eng.get_config("runlocal")
-    config.data.bucketing = True
+    config.data.packing, config.data.bucketing = False, True  # two shapes (packed: one)
     config.data.bucket_boundaries = (4,)
     config.num_train_steps = STEPS
     config.log_every_steps = LOG_EVERY
