@@ -74,7 +74,7 @@ def test_readme_run_and_hour_translate_with_beam_4_and_the_book_and_runlocal_gre
     for arg in ("d2l", "runlocal", "hour,runlocal", "small"):
         assert fra_eng.get_config(arg).eval.beam_size == 1, arg
     # The beam pays for a third of the README run's steps (configs/fra_eng.py).
-    assert fra_eng.get_config().num_train_steps == 1700
+    assert fra_eng.get_config().num_train_steps == 1500
 
 
 def test_hour_recipe_is_the_readme_run_deeper_and_longer():
