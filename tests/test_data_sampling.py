@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from transformer_jax.data import batching, config, encoding, pipeline
+from transformer_jax.data import batching, config, encoding, packing, pipeline
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -193,19 +193,23 @@ def _packed_texts(tok, batch):
 def test_sampled_packed_rows_keep_their_pairs_and_fit(tok):
     pairs, tokenized, encoded = _encoded_and_texts(tok)
     sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
-    kwargs = dict(global_batch=4, seed=3, packing=True)
-    plain = batching.TrainIterator(encoded, **kwargs)
-    sampled = batching.TrainIterator(encoded, sampling=sampling, **kwargs)
+    sampled = batching.TrainIterator(encoded, sampling=sampling, global_batch=4, packing=True)
     differ = 0
-    for _ in range(2 * plain.batches_per_epoch):
-        a, b = next(plain), next(sampled)
+    for i, b in enumerate(sampled.epoch_batches(0)):
+        # The plan's pairs in the plan's rows, each with its best segmentation.
+        plan_pairs, row_of = sampled.epoch_plan[i]
+        a = packing.packed_batch(
+            encoded, plan_pairs, row_of, first_row=0, num_rows=4, src_width=24, tgt_width=24
+        )
         assert _packed_texts(tok, a) == _packed_texts(tok, b)  # the same pairs, same rows
         assert b["src"].shape == (4, 24)  # every row still fits its width
         np.testing.assert_array_equal(b["tgt_weight"], b["tgt_segment"] > 0)
         first = (b["tgt_position"] == 0) & (b["tgt_segment"] > 0)
         np.testing.assert_array_equal(b["tgt_in"][first], BOS_ID)  # each pair's own <bos>
         differ += not np.array_equal(a["src"], b["src"])
-    assert differ > plain.batches_per_epoch
+    assert differ > sampled.batches_per_epoch // 2
+    # The rows were planned with room for longer draws: most reads keep their draw.
+    assert sampling.sides_sampled > 0.9 * sampling.sides_total
 
 
 def test_sampling_needs_sentencepiece():

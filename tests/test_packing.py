@@ -161,21 +161,33 @@ def test_packed_rows_follow_the_token_budget_and_refuse_buckets():
         batching.TrainIterator(enc, global_batch=4, packing=True, bucket_boundaries=(8, 12))
 
 
-def test_fit_rows_gives_overflowing_rows_back_their_best_segmentation():
-    best = _encoded(n=6, max_len=6)
-    pairs, row_of = np.arange(6), np.array([0, 0, 0, 1, 1, 2], np.int32)
-    # Draws one token longer than the best (a pad -> a piece), as sampling often makes.
-    drawn_len = np.minimum(best.src_len + 1, 6).astype(np.int32)
-    drawn_src = np.where(np.arange(6) < drawn_len[:, None], 7, PAD_ID).astype(np.int32)
-    drawn = encoding.EncodedPairs(drawn_src, drawn_len, best.tgt.copy(), best.tgt_len.copy())
-    width = int(np.bincount(row_of, best.src_len).max())  # the best fits every row exactly
-    out, given_back = packing.fit_rows(drawn, best, pairs, row_of, src_width=width, tgt_width=width)
-    used = np.bincount(row_of, out.src_len)
-    assert used.max() <= width
-    over = np.bincount(row_of, drawn_len)[row_of] > width
-    np.testing.assert_array_equal(out.src[over], best.src[over])
-    np.testing.assert_array_equal(out.src[~over], drawn_src[~over])
-    assert given_back == over.sum()
+def _ids_of(lengths, token, width=8):
+    """Rows of `token` repeated to each length (then padding): (N, width)."""
+    return np.where(np.arange(width) < np.asarray(lengths)[:, None], token, PAD_ID).astype(np.int32)
+
+
+def test_fit_rows_gives_back_the_most_grown_draws_until_each_row_fits():
+    best_len = np.array([2, 3, 4, 2, 2], np.int32)
+    drawn_len = np.array([3, 5, 5, 3, 3], np.int32)  # grew by 1, 2, 1, 1, 1
+    best = encoding.EncodedPairs(_ids_of(best_len, 5), best_len, _ids_of(best_len, 5), best_len)
+    drawn = encoding.EncodedPairs(
+        _ids_of(drawn_len, 7), drawn_len, _ids_of(best_len, 5), best_len.copy()
+    )
+    pairs, row_of = np.arange(5), np.array([0, 0, 0, 1, 1], np.int32)
+    # Row 0: best 9, drawn 13, width 10 -> give back the +2 pair, then one +1 pair (the first).
+    # Row 1: drawn 6 fits.
+    out, given_back = packing.fit_rows(drawn, best, pairs, row_of, src_width=10, tgt_width=10)
+    np.testing.assert_array_equal(out.src_len, [2, 3, 5, 3, 3])
+    np.testing.assert_array_equal(out.src[:2], best.src[:2])
+    np.testing.assert_array_equal(out.src[2:], drawn.src[2:])
+    assert given_back == 2
+    assert np.bincount(row_of, out.src_len).max() <= 10
+
+
+def test_sampling_plans_rows_with_room_for_longer_draws():
+    np.testing.assert_array_equal(
+        packing.planned_lengths(np.array([2, 8, 10, 12], np.int32), 12, 0.125), [3, 9, 12, 12]
+    )
 
 
 # --- the model on packed rows ---------------------------------------------------------------

@@ -176,10 +176,14 @@ class TrainIterator:
         order = rng.permutation(len(self._encoded))
         gb = self._global_batch
         if self._packing:
+            src_len, tgt_len = self._encoded.src_len, self._encoded.tgt_len
+            if self._sampling is not None:  # room in each row for the longer draws
+                src_len = packing.planned_lengths(src_len, self._max_src, packing.SAMPLING_SLACK)
+                tgt_len = packing.planned_lengths(tgt_len, self._max_tgt, packing.SAMPLING_SLACK)
             return packing.plan_epoch(
                 order,
-                self._encoded.src_len,
-                self._encoded.tgt_len,
+                src_len,
+                tgt_len,
                 rows=self.packed_rows,
                 src_width=self._max_src,
                 tgt_width=self._max_tgt,
@@ -298,8 +302,8 @@ class TrainIterator:
         rows = dict(first_row=self._process_index * per_process, num_rows=per_process)
         if self._sampling is None:
             return packing.packed_batch(self._encoded, pairs, row_of, **rows, **widths)
-        # Every process draws the whole global batch alike, then takes its rows; a row
-        # whose draws no longer fit keeps the best segmentation that the plan fitted.
+        # Every process draws the whole global batch alike, then takes its rows; where a
+        # row's draws no longer fit, its most grown sides keep their best segmentation.
         key = (self._epoch, self._position - 1)
         drawn = self._sampling.resegment(self._encoded, pairs, *widths.values(), key=key)
         drawn, given_back = packing.fit_rows(drawn, self._encoded, pairs, row_of, **widths)

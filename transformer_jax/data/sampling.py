@@ -11,9 +11,11 @@ keep the one best segmentation.
 The epoch plan (which pairs form a batch, and its padded widths) stays the one of the best
 segmentation, so batch shapes, epochs, resumption and multi-host slicing are unchanged; a
 sampled side longer than its batch's width keeps its best segmentation instead (the log
-counts how many sides were sampled). Every process samples the whole global batch from a
-seed of (seed, epoch, batch) and takes its own rows, so 2 processes x 1 device see what
-1 process x 2 devices sees, and a resumed run reads exactly the batches it would have read.
+counts how many sides were sampled). Packed rows (data/packing.py) are planned with room
+for longer draws; where a row's draws still overflow it, its most grown sides keep theirs.
+Every process samples the whole global batch from a seed of (seed, epoch, batch) and takes
+its own rows, so 2 processes x 1 device see what 1 process x 2 devices sees, and a resumed
+run reads exactly the batches it would have read.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class SubwordSampling:
         if self.sides_total:
             logging.info(
                 "Data: after %s, %.1f %% of %d sentence reads used a drawn segmentation (the "
-                "rest drew one too long for their batch and kept the best)",
+                "rest drew one too long for their batch or packed row and kept the best)",
                 when,
                 100 * self.sides_sampled / self.sides_total,
                 self.sides_total,
