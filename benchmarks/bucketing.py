@@ -1,4 +1,5 @@
-r"""Length bucketing on the real corpus: non-pad tokens/s of the train step, buckets vs padding.
+r"""Batch layouts on the real corpus: non-pad tokens/s of the train step, padded vs buckets vs
+packed rows.
 
     python -m benchmarks.bucketing                                 # the fra_eng run's model
     python -m benchmarks.bucketing --dtype=bfloat16 --steps=40
@@ -7,12 +8,15 @@ r"""Length bucketing on the real corpus: non-pad tokens/s of the train step, buc
         --set "data.bucket_boundaries=()"                       # buckets 8, 16, 24, 32
 
 The question (issue: "with the project's own batching, non-pad tokens/s on fra-eng >= 1.5x
-the same model fed fixed-length padded batches"). Both modes use the same model, optimizer
+the same model fed fixed-length padded batches"). The modes use the same model, optimizer
 and train step (built by `training.build`, as a run builds them) and the project's input
-pipeline on the fra-eng training split; only `data.bucketing` differs: off pads every batch
-to the maximum lengths, on pads to the smallest bucket boundary that fits. Consecutive
-batches of the train iterator are drawn first (host time is not measured: see
-`benchmarks/input_pipeline.py`) and every bucket shape is compiled; then the two modes' steps
+pipeline on the fra-eng training split; only the layout differs: `padded` pads every batch
+to the maximum lengths, `buckets` pads to the smallest bucket boundary that fits
+(`data.bucketing`), `packed` fills rows of the maximum lengths with several whole pairs
+(`data.packing`, data/packing.py). With `data.batch_tokens` every mode gets batches of that
+many slots per side (padded: batch_tokens // max length rows). Consecutive batches of the
+train iterator are drawn first (host time is not measured: see
+`benchmarks/input_pipeline.py`) and every shape is compiled; then the modes' steps
 alternate (fair under a drifting load), each timed to completion (`block_until_ready`).
 Throughput = non-pad source + target tokens of the timed steps / their total time.
 
@@ -42,12 +46,18 @@ def _shape(batch: dict[str, np.ndarray]) -> tuple[int, int]:
     return batch["src"].shape[-1], batch["tgt_in"].shape[-1]  # (S, T)
 
 
-class Mode:
-    """One side of the comparison: the pipeline (bucketing on or off) and a compiled step."""
+LAYOUTS = ("padded", "buckets", "packed")
 
-    def __init__(self, config, bucketed: bool, num_batches: int):
+
+class Mode:
+    """One side of the comparison: the pipeline in one layout and its compiled step."""
+
+    def __init__(self, config, layout: str, num_batches: int):
         cfg = config.copy_and_resolve_references()
-        cfg.data.bucketing = bucketed
+        cfg.data.bucketing, cfg.data.packing = layout == "buckets", layout == "packed"
+        if layout == "padded" and cfg.data.batch_tokens:  # the same slots, in full-width rows
+            width = max(cfg.data.max_src_len, cfg.data.max_tgt_len)
+            cfg.data.batch_size, cfg.data.batch_tokens = cfg.data.batch_tokens // width, 0
         parallel = DataParallel.create(cfg.parallelism)
         pipe = create_input_pipeline(cfg.data, row_multiple=parallel.num_local_devices)
         self.vocab = (pipe.src_tokenizer.vocab_size, pipe.tgt_tokenizer.vocab_size)
@@ -56,7 +66,7 @@ class Mode:
         )
         self._put, self._step = parallel.put_batch, built.train_step
         self._state = parallel.put_replicated(built.init_state())
-        # Compile every shape the epoch uses (off: one; on: one per bucket), one step each.
+        # Compile every shape the epoch uses (one, or one per bucket), one step each.
         self.epoch = list(pipe.train_iter.epoch_batches(0))
         by_shape = {_shape(b): b for b in self.epoch}
         start = time.perf_counter()
@@ -118,9 +128,9 @@ def main() -> None:
         f"{d.tokenizer} | devices {jax.devices()} | {args.steps} timed steps per mode",
         flush=True,
     )
-    modes = {m: Mode(config, m == "on", args.warmup + args.steps) for m in ("off", "on")}
+    modes = {m: Mode(config, m, args.warmup + args.steps) for m in LAYOUTS}
     results = measure(modes, args.warmup, args.steps)
-    print("| bucketing | batch shapes (S, T) | padding (timed) | padding (epoch 0) | "
+    print("| layout | batch shapes (S, T) | padding (timed) | padding (epoch 0) | "
           "non-pad tok/s | step ms (median) | compile s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for name, r in results.items():
@@ -130,10 +140,13 @@ def main() -> None:
             f"{r['padding_timed']:.1%} | {r['padding_epoch']:.1%} | {r['tokens_per_s']:,.0f} | "
             f"{r['step_ms']:.1f} | {mode.compile_s:.1f} |"
         )
-    ratio = results["on"]["tokens_per_s"] / results["off"]["tokens_per_s"]
-    verdict = "met" if ratio >= 1.5 else "not met"
-    print(f"\nnon-pad tok/s ratio on / off: {ratio:.2f}x (target >= 1.5x: {verdict})")
-    print(f"vocabulary sizes (src, tgt): {modes['on'].vocab}")
+    rate = {name: r["tokens_per_s"] for name, r in results.items()}
+    for name in ("buckets", "packed"):
+        ratio = rate[name] / rate["padded"]
+        verdict = "met" if ratio >= 1.5 else "not met"
+        print(f"\nnon-pad tok/s ratio {name} / padded: {ratio:.2f}x (target >= 1.5x: {verdict})")
+    print(f"non-pad tok/s ratio packed / buckets: {rate['packed'] / rate['buckets']:.2f}x")
+    print(f"vocabulary sizes (src, tgt): {modes['packed'].vocab}")
 
 
 if __name__ == "__main__":

@@ -214,7 +214,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if variant == "default":
             # Packed rows (data/packing.py): 32 rows of 64 tokens, each holding several whole
             # pairs, instead of six bucket widths: real tokens 71 -> 84 % of the source side
-            # and 83 -> 97 % of the target side, one compiled step instead of six. At 2,400
+            # and 83 -> 97 % of the target side for a step ~7 % dearer (1.08x the non-pad
+            # tokens/s, benchmarks/bucketing.py), one compiled step instead of six. At 2,400
             # steps validation NLL 1.238 -> 1.189 and BLEU 39.34 -> 39.95. The run takes 1,500
             # packed steps (the text of ~1,750 bucketed ones): from a fresh clone 5m31s and
             # BLEU 37.21; 1,700 / 1,800 steps scored 38.41 / 37.91 in 6m34s / 6m01s, over the
