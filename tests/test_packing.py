@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import random_params
+from transformer_jax import ops
 from transformer_jax.data import batching, encoding, packing
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.nn import ModelConfig, Packing, Transformer
@@ -273,3 +274,23 @@ def test_explicit_positions_are_refused_in_decode_mode():
     packing_arrays = Packing(*(jnp.ones((1, 4), jnp.int32) for _ in range(4)))
     with pytest.raises(ValueError, match="not decode mode"):
         Transformer(cfg).init(jax.random.key(0), src, jnp.array([4]), src, packing_arrays)
+
+
+def test_segment_mask_matches_a_loop_over_positions():
+    q = np.array([[1, 1, 2, 2, 0], [1, 2, 3, 0, 0]])
+    k = np.array([[1, 1, 1, 2, 2, 0], [1, 1, 2, 3, 3, 3]])
+    want = np.array([[[q[b, t] == k[b, s] for s in range(6)] for t in range(5)] for b in range(2)])[
+        :, None
+    ]
+    np.testing.assert_array_equal(ops.segment_mask(jnp.asarray(q), jnp.asarray(k)), want)
+
+
+def test_sinusoidal_rows_of_per_sentence_positions_match_the_float64_table():
+    positions = np.array([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 4, 5]], np.int32)
+    dim = 10
+    i = np.arange(0, dim, 2) / dim
+    angles = positions[..., None] / np.power(10000.0, i)  # float64 reference
+    want = np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(2, 6, dim)
+    got = ops.sinusoidal_rows(jnp.asarray(positions), dim)
+    assert got.shape == (2, 6, dim)
+    np.testing.assert_allclose(got, want, atol=1e-6)
