@@ -1,7 +1,7 @@
 r"""English -> French on the d2l fra-eng corpus (tatoeba/manythings.org).
 
-Launch (the README's first command; 5m31s and BLEU 37.2 from a fresh clone on 2 AMD EPYC
-Zen 4 cores, 2026-11-26; before its rows were packed, 7m09s there, 7m15s on 2 AVX-512 Xeon
+Launch (the README's first command; 5m31s / 5m50s and BLEU 37.2 from a fresh clone on 2 AMD
+EPYC Zen 4 cores, 2026-11-26; before its rows were packed, 7m09s there, 7m15s on 2 AVX-512 Xeon
 cores, 10m57s on 2 AVX2-only AMD EPYC Zen 3 cores):
 
     python -m experiments.train --config=configs/fra_eng.py --workdir=runs/fra_eng
