@@ -232,6 +232,7 @@ def _small_pairs(n=7, seed=1):
         dict(norm_placement="post"),
         dict(norm_placement="pre", positional="learned", max_len=16),
         dict(norm_placement="pre", share_embeddings=True, tie_output=True),
+        dict(norm_placement="pre", attention_kind="additive", remat=True),
     ],
 )
 def test_packed_rows_give_each_pair_its_own_logits_loss_and_gradients(options):
