@@ -24,6 +24,7 @@ the token-weighted loss (training/losses.py) neither sums nor counts them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -315,6 +316,8 @@ class TrainIterator:
         probe = TrainIterator.__new__(TrainIterator)
         probe.__dict__.update(self.__dict__)
         probe._epoch, probe._position, probe._plan = epoch, 0, None
+        if self._sampling is not None:  # its own read counters: the run's log stays the run's
+            probe._sampling = copy.copy(self._sampling)
         for _ in range(probe.batches_per_epoch):
             yield next(probe)
 
