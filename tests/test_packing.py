@@ -86,6 +86,15 @@ def test_plan_rejects_a_pair_longer_than_a_row():
         _plan(enc, width=8)
 
 
+def test_packed_keys_are_what_the_model_reads():
+    assert packing.PACKED_KEYS == Packing._fields  # the data's keys are nn.Packing's fields
+    enc = _encoded()
+    pairs, row_of = _plan(enc)[0]
+    kw = dict(first_row=0, num_rows=4, src_width=12, tgt_width=12)
+    batch = packing.packed_batch(enc, pairs, row_of, **kw)
+    assert set(batch) == {*encoding.BATCH_KEYS, *packing.PACKED_KEYS}
+
+
 def test_packed_batch_lays_out_whole_pairs_with_segments_and_positions():
     enc = _encoded()
     pairs, row_of = _plan(enc)[0]

@@ -29,7 +29,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer_jax.data import bucketing, packing
+from transformer_jax.data import bucketing
+from transformer_jax.data import packing as packing_lib  # `packing` is an argument here
 from transformer_jax.data.encoding import EncodedPairs, make_batch
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.vocab import BOS_ID, EOS_ID
@@ -163,6 +164,14 @@ class TrainIterator:
                 "batch_tokens needs length buckets (data.bucketing=True) or packed rows "
                 "(data.packing=True)."
             )
+        # The lengths packed rows are planned with: with sampling, room for longer draws.
+        self._plan_lengths = (encoded.src_len, encoded.tgt_len)
+        if self._packing and sampling is not None:
+            slack = packing_lib.SAMPLING_SLACK
+            self._plan_lengths = (
+                packing_lib.planned_lengths(encoded.src_len, self._max_src, slack),
+                packing_lib.planned_lengths(encoded.tgt_len, self._max_tgt, slack),
+            )
         self._epoch = 0
         self._position = 0
         # The current epoch's batches: (pairs, bucket), or packed (pairs, row of each pair).
@@ -177,14 +186,9 @@ class TrainIterator:
         order = rng.permutation(len(self._encoded))
         gb = self._global_batch
         if self._packing:
-            src_len, tgt_len = self._encoded.src_len, self._encoded.tgt_len
-            if self._sampling is not None:  # room in each row for the longer draws
-                src_len = packing.planned_lengths(src_len, self._max_src, packing.SAMPLING_SLACK)
-                tgt_len = packing.planned_lengths(tgt_len, self._max_tgt, packing.SAMPLING_SLACK)
-            return packing.plan_epoch(
+            return packing_lib.plan_epoch(
                 order,
-                src_len,
-                tgt_len,
+                *self._plan_lengths,
                 rows=self.packed_rows,
                 src_width=self._max_src,
                 tgt_width=self._max_tgt,
@@ -302,14 +306,14 @@ class TrainIterator:
         widths = dict(src_width=self._max_src, tgt_width=self._max_tgt)
         rows = dict(first_row=self._process_index * per_process, num_rows=per_process)
         if self._sampling is None:
-            return packing.packed_batch(self._encoded, pairs, row_of, **rows, **widths)
+            return packing_lib.packed_batch(self._encoded, pairs, row_of, **rows, **widths)
         # Every process draws the whole global batch alike, then takes its rows; where a
         # row's draws no longer fit, its most grown sides keep their best segmentation.
         key = (self._epoch, self._position - 1)
         drawn = self._sampling.resegment(self._encoded, pairs, *widths.values(), key=key)
-        drawn, given_back = packing.fit_rows(drawn, self._encoded, pairs, row_of, **widths)
-        self._sampling.sides_sampled -= given_back
-        return packing.packed_batch(drawn, np.arange(len(pairs)), row_of, **rows, **widths)
+        drawn, given_back = packing_lib.fit_rows(drawn, self._encoded, pairs, row_of, **widths)
+        self._sampling.count_given_back(given_back)
+        return packing_lib.packed_batch(drawn, np.arange(len(pairs)), row_of, **rows, **widths)
 
     def epoch_batches(self, epoch: int) -> Iterator[dict[str, np.ndarray]]:
         """The batches of one whole epoch, without moving the iterator (for reports)."""

@@ -103,6 +103,11 @@ class SubwordSampling:
                 self.sides_total,
             )
 
+    def count_given_back(self, sides: int) -> None:
+        """`sides` drawn segmentations were replaced by the best one after all (a packed row
+        they overflowed, data/packing.py): the log counts them as not sampled."""
+        self.sides_sampled -= sides
+
     def _seed(self, key: Sequence[int], side: int) -> int:
         return int(np.random.SeedSequence([self.seed, *key, side]).generate_state(1)[0])
 
