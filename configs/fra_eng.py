@@ -32,7 +32,11 @@ split (8,491 pairs; benchmarks/README.md):
 
 With `--set seed=1 --set data.shuffle_seed=1` (the same CPU, 2026-11-25, late night, idle):
 32.4 / 36.7 / 39.9 at 10.1 / 20.1 / 30.1 minutes, 43.95 greedy at the end (step 15,000,
-53.1 minutes) and 44.86 ± 0.74 with beam 4: the 45 is within one seed's reach, not above it.
+53.1 minutes) and 44.86 ± 0.74 with beam 4; with `--set seed=2 --set data.shuffle_seed=2`
+(2026-11-26, the VM in a slower phase) 28.9 / 35.3 / 38.8 / 43.5 greedy at 10.1 / 20.1 / 30.1 /
+60.0 minutes (step 14,801), beam 4 44.76 at 60 minutes and 44.92 at step 15,000. Three seeds
+at step 15,000: 45.04 / 44.86 / 44.92 (mean 44.94): the 45 is within the recipe's reach,
+not above it.
 
 Without the sampling (16,000 steps) the same model reached 43.1 greedy and 44.75 with
 beam 4 on a faster Xeon (54.5 minutes), with a training NLL of 0.50 against a validation NLL

@@ -95,3 +95,9 @@ def test_abbreviations_and_initials_do_not_end_sentences(text, sentences):
 def test_join_translations_leaves_no_gap_for_an_empty_part():
     assert join_translations(["va !", "", "je suis là ."]) == "va ! je suis là ."
     assert join_translations(["", ""]) == ""
+
+
+def test_join_translations_collapses_runs_of_spaces_but_keeps_no_break_spaces():
+    # A lone word-boundary piece before another decodes to two spaces ("peu  rien").
+    assert join_translations(["à peu  rien !", "  ", "oui   "]) == "à peu rien ! oui"
+    assert join_translations(["bonjour\u202f!"]) == "bonjour\u202f!"

@@ -23,6 +23,8 @@ from collections.abc import Callable
 # Sentence-ending punctuation (a run of it, spaced or not: "?!", "...", the book's ". . ."),
 # then closing quotes or brackets, then whitespace. "3.5" and "e.g." inside a word are not ends.
 _SENTENCE_END = re.compile(r"[.!?…]+(?:\s+[.!?…]+)*[\"'»”’)\]]*(?=\s)")
+# Two or more ASCII spaces in a translation (join_translations makes them one).
+_SPACES = re.compile(r" {2,}")
 # Words whose full stop rarely ends an English sentence (lowercase, without the stop).
 ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr mt vs etc cf vol fig approx jan feb mar apr jun jul aug sep "
@@ -100,5 +102,11 @@ def segment(text: str, count_tokens: Callable[[str], int], limit: int) -> list[s
 
 
 def join_translations(parts: list[str]) -> str:
-    """The parts' translations as one line: joined by spaces, an empty one leaving no gap."""
-    return " ".join(part for part in parts if part)
+    """The parts' translations as one line: joined by spaces, an empty one leaving no gap.
+
+    Runs of spaces inside a part become one: a model can emit a word-boundary piece on its
+    own (SentencePiece's "▁" before "▁rien" decodes to "peu  rien"), which no reader wants.
+    Only ASCII spaces are touched; a no-break space (French typography) is kept.
+    """
+    spaced = (_SPACES.sub(" ", part).strip(" ") for part in parts)
+    return " ".join(part for part in spaced if part)
