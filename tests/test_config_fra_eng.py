@@ -62,13 +62,13 @@ def test_readme_run_and_hour_share_one_tied_vocabulary_and_others_keep_two():
     assert not (small.data.shared_vocab or small.model.share_embeddings)
 
 
-def test_readme_run_and_hour_translate_with_beam_4_and_the_book_and_runlocal_greedily():
+def test_readme_run_and_hour_translate_with_beams_and_the_book_and_runlocal_greedily():
     from transformer_jax.inference import decode_settings
 
-    for arg in (None, "hour"):  # one setting: the run's reports, translate and evaluate
+    for arg, beams in ((None, 4), ("hour", 6)):  # one setting: reports, translate, evaluate
         c = fra_eng.get_config(arg)
-        assert c.eval.beam_size == 4 and c.eval.alpha == (1.0 if arg else 0.6), arg
-        assert decode_settings(c)["beam_size"] == 4, arg
+        assert c.eval.beam_size == beams and c.eval.alpha == (1.0 if arg else 0.6), arg
+        assert decode_settings(c)["beam_size"] == beams, arg
         assert decode_settings(c)["alpha"] == c.eval.alpha, arg
         assert decode_settings(c, beam_size=1)["beam_size"] == 1  # --beam_size=1 wins
     for arg in ("d2l", "runlocal", "hour,runlocal", "small"):
@@ -96,11 +96,14 @@ def test_hour_recipe_is_the_readme_run_deeper_and_longer():
     assert hour.data == default.data
     assert hour.schedule == default.schedule == "linear"
     assert hour.num_train_steps == 15_000 > default.num_train_steps
-    # The hour's beam length penalty was chosen on the validation split (the README run keeps
-    # GNMT's 0.6), and the README run leaves validation BLEU to its test report.
+    # The hour's beam width and length penalty were chosen on the validation split (the
+    # README run keeps 4 beams at GNMT's 0.6), and the README run leaves validation BLEU to
+    # its test report.
+    assert (hour.eval.beam_size, default.eval.beam_size) == (6, 4)
     assert (hour.eval.alpha, default.eval.alpha) == (1.0, 0.6)
     assert (hour.eval.num_bleu_examples, default.eval.num_bleu_examples) == (100, 0)
-    hour.eval.alpha, hour.eval.num_bleu_examples = default.eval.alpha, 0
+    hour.eval.beam_size, hour.eval.alpha = default.eval.beam_size, default.eval.alpha
+    hour.eval.num_bleu_examples = 0
     assert hour.eval == default.eval
     # The linear decay reaches 0 at the recipe's own end; validation runs twice.
     assert hour.eval_every_steps == hour.num_train_steps // 2
