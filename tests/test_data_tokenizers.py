@@ -143,3 +143,19 @@ def test_save_load_pair(tmp_path):
     tokenizers.save_tokenizers(src, tgt, tmp_path / "ckpt")
     src2, tgt2 = tokenizers.load_tokenizers(tmp_path / "ckpt")
     assert (src2.fingerprint, tgt2.fingerprint) == (src.fingerprint, tgt.fingerprint)
+
+
+@pytest.mark.parametrize("kind", ["word", "sentencepiece"])
+def test_unknown_words_are_the_words_read_as_unk(kind):
+    from transformer_jax.inference.sources import unknown_words
+
+    if kind == "word":
+        tok = WordTokenizer.train(TRAIN, min_freq=1)
+        text, unseen = "i am lost , cat ! cat", ["cat"]  # the others are in TRAIN
+    else:
+        tok = SentencePieceTokenizer.train(_sp_corpus(), vocab_size=30)
+        text, unseen = "le chat ❤ mange 😀 ❤", ["❤", "😀"]  # characters never seen
+    assert unknown_words(tok, text) == unseen  # each once, in order
+    assert vocab.UNK_ID in tok.encode(text)
+    known = " ".join(w for w in text.split() if w not in unseen)
+    assert unknown_words(tok, known) == [] and vocab.UNK_ID not in tok.encode(known)

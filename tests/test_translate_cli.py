@@ -86,6 +86,18 @@ def test_translate_workdir_plain_tsv_notes_and_attention_plot(workdir, tmp_path)
 
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
+def test_translate_workdir_notes_words_read_as_unk(workdir):
+    notes = io.StringIO()
+    lines = translate_workdir(workdir, ["go .", "go ❤ 😀 ❤ .", "go ."], stderr=notes)
+    assert len(lines) == 3  # translated all the same, one line each
+    assert notes.getvalue() == (
+        "note: sentence 2 has '❤', '😀', which the model's vocabulary does not cover: read "
+        "as <unk>, so the translation may miss or invent them.\n"
+    )
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
 def test_evaluate_workdir_writes_a_consistent_report(workdir):
     report = evaluate_workdir(workdir, num_examples=24, num_samples=24)
     saved = json.loads((workdir / REPORT_JSON).read_text())

@@ -21,6 +21,7 @@ from absl import logging
 
 from transformer_jax.evaluation.text_lines import clean_text, decode_lines
 from transformer_jax.inference import Translator
+from transformer_jax.inference.sources import unknown_words
 
 FORMATS = ("plain", "tsv")
 STDIN_PROMPT = "Reading sentences from stdin, one per line; end with Ctrl-D (Windows: Ctrl-Z)."
@@ -110,7 +111,8 @@ def translate_workdir(
     `format_lines`; an empty input gives an empty translation. An input of several
     sentences is translated in parts cut at sentence ends (`split_len`, default the run's
     `eval.split_len`: sentence by sentence); a sentence longer than the training limit is
-    translated whole and noted on `stderr`. Decoding settings not given come from the run
+    translated whole and noted on `stderr`, as are words the source vocabulary reads as
+    `<unk>` (`inference.sources.unknown_words`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
     the log).
@@ -134,6 +136,16 @@ def translate_workdir(
             f"was trained on ({translator.settings['trained_len']}): translated whole.",
             file=stderr,
         )
+    for i, sentence in enumerate(prepared):
+        unknown = unknown_words(translator.src_tokenizer, sentence)
+        if unknown:
+            shown = ", ".join(repr(w) for w in unknown[:5])
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            print(
+                f"note: sentence {i + 1} has {shown}{more}, which the model's vocabulary does "
+                "not cover: read as <unk>, so the translation may miss or invent them.",
+                file=stderr,
+            )
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
     return format_lines(sentences, out.texts, output_format)

@@ -17,6 +17,7 @@ from typing import Any
 
 from transformer_jax.data.encoding import encode_text
 from transformer_jax.data.segmenting import segment
+from transformer_jax.data.vocab import UNK_ID
 from transformer_jax.decoding.batch_decode import SourceTooLongError
 
 
@@ -116,3 +117,12 @@ def encode_sources(
             3,
         )
     return out
+
+
+def unknown_words(tokenizer: Any, text: str) -> list[str]:
+    """The words of `text` (split on whitespace, each once, in order) that `tokenizer` reads
+    with `<unk>`: characters a SentencePiece model never saw (an emoji, another script), or
+    words outside a word vocabulary. The model sees `<unk>` in their place."""
+    if UNK_ID not in tokenizer.encode(text):
+        return []
+    return [w for w in dict.fromkeys(text.split()) if UNK_ID in tokenizer.encode(w)]
