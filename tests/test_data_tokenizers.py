@@ -156,6 +156,7 @@ def test_unknown_words_are_the_words_read_as_unk(kind):
         tok = SentencePieceTokenizer.train(_sp_corpus(), vocab_size=30)
         text, unseen = "le chat ❤ mange 😀 ❤", ["❤", "😀"]  # characters never seen
     assert unknown_words(tok, text) == unseen  # each once, in order
+    assert unknown_words(tok, text, tok.encode(text)) == unseen  # ids already encoded
     assert vocab.UNK_ID in tok.encode(text)
     known = " ".join(w for w in text.split() if w not in unseen)
     assert unknown_words(tok, known) == [] and vocab.UNK_ID not in tok.encode(known)

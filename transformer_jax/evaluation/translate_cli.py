@@ -136,8 +136,8 @@ def translate_workdir(
             f"was trained on ({translator.settings['trained_len']}): translated whole.",
             file=stderr,
         )
-    for i, sentence in enumerate(prepared):
-        unknown = unknown_words(translator.src_tokenizer, sentence)
+    for i, (sentence, ids) in enumerate(zip(prepared, out.sources.ids, strict=True)):
+        unknown = unknown_words(translator.src_tokenizer, sentence, ids)
         if unknown:
             shown = ", ".join(repr(w) for w in unknown[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""

@@ -119,10 +119,14 @@ def encode_sources(
     return out
 
 
-def unknown_words(tokenizer: Any, text: str) -> list[str]:
+def unknown_words(tokenizer: Any, text: str, ids: Sequence[int] | None = None) -> list[str]:
     """The words of `text` (split on whitespace, each once, in order) that `tokenizer` reads
     with `<unk>`: characters a SentencePiece model never saw (an emoji, another script), or
-    words outside a word vocabulary. The model sees `<unk>` in their place."""
-    if UNK_ID not in tokenizer.encode(text):
+    words outside a word vocabulary. The model sees `<unk>` in their place.
+
+    ids: `text`'s ids if already encoded (`EncodedSources.ids`); without `<unk>` among them
+    no word is encoded again.
+    """
+    if UNK_ID not in (tokenizer.encode(text) if ids is None else ids):
         return []
     return [w for w in dict.fromkeys(text.split()) if UNK_ID in tokenizer.encode(w)]
