@@ -14,7 +14,10 @@ divided by len^alpha), default 0.
 Sentences come from the command line (one per argument, even across a newline), else
 `--input_file` (one per line, split on `\n` only), else stdin. The output (stdout, or
 `--output_file`) has exactly one line per sentence, in order: the translation (an empty line
-for an empty input), or with `--format=tsv` the source, a tab and the translation. Notes and
+for an empty input), or with `--format=tsv` the source, a tab and the translation. A
+book-style run (fra_eng) trains on lowercased text with spaced punctuation; translations are
+printed as text to read ("Je pense que Tom a raison.": `data.truecasing`), or with
+`--text=data` as the model wrote them ("je pense que tom a raison ."). Notes and
 warnings (invalid UTF-8, over-long inputs) go to stderr.
 """
 
@@ -56,6 +59,14 @@ flags.DEFINE_string("output_file", None, "Write the translations here (UTF-8); d
 flags.DEFINE_enum(
     "format", "plain", ["plain", "tsv"], "plain: the translation; tsv: source<TAB>translation."
 )
+flags.DEFINE_enum(
+    "text",
+    "natural",
+    ["natural", "data"],
+    'natural: punctuation joined and capitals restored ("Je pense que Tom a raison."); '
+    "data: the model's own form, as the data stores text and evaluate scores it "
+    '("je pense que tom a raison .").',
+)
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
 flags.DEFINE_enum(
     "engine",
@@ -96,6 +107,7 @@ def main(argv: list[str]) -> None:
             FLAGS.workdir,
             sentences,
             output_format=FLAGS.format,
+            text=FLAGS.text,
             step=FLAGS.step,
             average_last=FLAGS.average_last,
             beam_size=FLAGS.beam_size,
@@ -119,7 +131,7 @@ def _sentences(argv: list[str], read_sentences) -> list[str]:
 
 def _main_ctranslate2(argv: list[str]) -> None:
     from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, write_lines
-    from transformer_jax.export.ct2_translate import translate_lines
+    from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
 
     if not FLAGS.model_dir:
         launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
@@ -144,7 +156,10 @@ def _main_ctranslate2(argv: list[str]) -> None:
             split_len=FLAGS.split_len,  # None: the run's, from export.json
             length_penalty=FLAGS.alpha or 0.0,
         )
-        write_lines(format_lines(sentences, texts, FLAGS.format), FLAGS.output_file, sys.stdout)
+        truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
+        natural = truecaser.natural if truecaser is not None else None
+        lines = format_lines(sentences, texts, FLAGS.format, natural)
+        write_lines(lines, FLAGS.output_file, sys.stdout)
     except (OSError, ValueError) as error:
         launch.fatal(str(error))
 

@@ -23,7 +23,7 @@ from transformer_jax.data.vocab import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.decoding import beam_decode, greedy_decode
 from transformer_jax.export import UnsupportedModelError, convert, load_trained
-from transformer_jax.export.ct2_translate import translate_lines
+from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig, Transformer
@@ -247,8 +247,16 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
     assert ct2.stdout == jax_engine.stdout
     outputs = ct2.stdout.split("\n")
     assert len(outputs) == len(lines) + 1 and outputs[-3] == "" and outputs[0]
+    # Printed as natural text by both engines (the run's truecaser, exported beside the
+    # model); --text=data prints the model's own form.
     part_texts = translate_lines(tmp_path / "ct2", parts, beam_size=1)
-    assert outputs[6] == " ".join(t for t in part_texts if t)
+    truecaser = load_truecaser(tmp_path / "ct2")
+    assert truecaser == model.truecaser and truecaser.forms
+    assert outputs[6] == truecaser.natural(" ".join(t for t in part_texts if t), paragraph)
+    data = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--text=data")
+    texts = translate_lines(tmp_path / "ct2", lines, beam_size=1)
+    assert data.stdout.split("\n")[:-1] == [t.strip() for t in texts]
+    assert data.stdout != ct2.stdout
 
     refused = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--step=3")
     assert refused.returncode == 2

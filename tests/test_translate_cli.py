@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.evaluation import (
     bleu_interval,
     corpus_bleu,
@@ -21,7 +22,7 @@ from transformer_jax.evaluation import (
     translate_workdir,
 )
 from transformer_jax.evaluation.report import CURVES_PNG, REPORT_JSON, REPORT_MD
-from transformer_jax.evaluation.text_lines import clean_text
+from transformer_jax.evaluation.text_lines import clean_text, decode_lines
 
 needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
@@ -70,11 +71,20 @@ def test_translate_workdir_plain_tsv_notes_and_attention_plot(workdir, tmp_path)
     sources, translations = zip(*(line.split("\t") for line in tsv), strict=True)
     assert sources == ("Go.", "", "i lost .", long)  # the input, control characters out
     assert translations[1] == ""  # an empty input: an empty translation, no message
-    # Plain output is the translation column, the book's preprocessing applied first.
+    # Plain output is the translation column, the book's preprocessing applied first, as
+    # natural text (the run's truecaser, saved with its tokenizers) or as the model wrote it.
     translator = Translator.from_workdir(workdir)
-    want = translator.translate(["go .", "", "i lost .", long], warn=False)
+    saved = workdir / "tokenizer" / TRUECASER_FILE
+    assert translator.truecaser == Truecaser.load(saved) and translator.truecaser.forms
+    sentences = ["go .", "", "i lost .", long]
+    want = [clean_text(w).strip() for w in translator.translate(sentences, warn=False)]
+    natural = [translator.natural(w, clean_text(s)) for w, s in zip(want, inputs, strict=True)]
     plain = translate_workdir(workdir, inputs, translator=translator, stderr=io.StringIO())
-    assert plain == list(translations) == [clean_text(w).strip() for w in want]
+    assert plain == list(translations) == natural
+    data = translate_workdir(workdir, inputs, text="data", translator=translator)
+    assert data == want
+    with pytest.raises(ValueError, match="--text='lower'; choose one of natural, data"):
+        translate_workdir(workdir, inputs, text="lower", translator=translator)
     assert notes.getvalue() == (
         "note: sentence 4 has 31 tokens, more than the longest the model was trained on (24): "
         "translated whole.\n"
@@ -169,6 +179,7 @@ def test_translate_command_reads_stdin(workdir, tmp_path):
             "experiments.translate",
             f"--workdir={workdir}",
             "--format=tsv",
+            "--text=data",
             f"--output_file={output}",
         ],
         input=b"\n".join(lines) + b"\n",
@@ -188,6 +199,10 @@ def test_translate_command_reads_stdin(workdir, tmp_path):
     ]  # fmt: skip
     assert out[3] == "\t"  # an empty input: an empty source and translation
     assert all(ch.isprintable() or ch == "\t" for line in out for ch in line), out
+    # --text=data: the model's own form, as translate_workdir gives it.
+    decoded, _ = decode_lines(b"\n".join(lines) + b"\n")
+    want = translate_workdir(workdir, decoded, text="data", stderr=io.StringIO())
+    assert [line.split("\t")[1] for line in out[:-1]] == want
 
 
 @pytest.mark.slow  # trains for real (a few steps)

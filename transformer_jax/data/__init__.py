@@ -27,6 +27,7 @@ from transformer_jax.data.tokenizers import (
     load_tokenizers,
     save_tokenizers,
 )
+from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_jax.data.word_tokenizer import WordTokenizer
 
@@ -45,6 +46,7 @@ __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
     "TrainIterator",
+    "Truecaser",
     "VocabularyMismatchError",
     "WordTokenizer",
     "ZipNotFoundError",

@@ -47,6 +47,12 @@ FRA_ENG_SPLITS = (*splitting.SPLIT_NAMES, "full")
 SPLIT_KEYS = ("train_split", "eval_split", "test_split")
 
 
+def is_book_style(cfg: ml_collections.ConfigDict) -> bool:
+    """Whether a data config's text is the book's form (lowercased, `, . ! ?` spaced off):
+    fra_eng always, another dataset with `book_preprocessing`."""
+    return cfg.name == FRA_ENG or bool(cfg.book_preprocessing)
+
+
 def data_config() -> ml_collections.ConfigDict:
     """Default data config for the fra-eng (English -> French) run."""
     c = ml_collections.ConfigDict()

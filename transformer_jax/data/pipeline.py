@@ -14,6 +14,8 @@ from transformer_jax.data import augment, batching, bucketing, lengths, packing,
 from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
+from transformer_jax.data.truecase_table import build_truecaser
+from transformer_jax.data.truecasing import Truecaser
 
 
 @dataclasses.dataclass
@@ -24,6 +26,9 @@ class InputPipeline:
     translates every sentence); `eval_encoded` / `test_encoded` hold those within the length
     limits (teacher-forced loss needs fixed widths), and their `index` maps rows back to pairs.
     `split_sizes` counts the pairs of each split, the selected ones and the skipped ones.
+    `truecaser` restores punctuation and capitals in translations of book-style data
+    (`data.truecasing`); None for other data, or when the tokenizers were given (a resumed
+    run keeps the one saved with its tokenizers).
     Batches are per process, leaves (B_proc, ...) (`batching`); `training.DataParallel`
     splits them over devices.
     """
@@ -41,6 +46,7 @@ class InputPipeline:
     process_index: int
     process_count: int
     global_batch: int
+    truecaser: Truecaser | None = None
 
     def eval_batches(self, split: str = "eval") -> Iterator[dict[str, np.ndarray]]:
         """Fixed-order, fixed-shape batches of the eval ("eval") or test ("test") split."""
@@ -71,7 +77,8 @@ def create_input_pipeline(
     device count (`DataParallel.num_local_devices`) so that batches split evenly over them.
     `cache_dir` holds trained SentencePiece models; default `<data_dir>/tokenizers`.
     `tokenizers` (source, target), e.g. a workdir's saved ones, are used instead of building
-    them from the config.
+    them from the config; built ones come with the training targets' `truecaser` (cached there
+    too).
     Every process reads the same splits and derives the same global order; each then
     materialises only its own slice of every batch.
     `cfg` is checked before, once, with the whole run config (`training.validate_config`, or
@@ -83,10 +90,12 @@ def create_input_pipeline(
     # Evenly spaced, not the first n: fra-eng's splits are stored shortest first.
     eval_pairs = sources.spread_subset(eval_pairs, cfg.num_eval_examples)
     cache_dir = Path(cache_dir) if cache_dir is not None else Path(cfg.data_dir) / "tokenizers"
+    truecaser = None
     if tokenizers is not None:
         src_tok, tgt_tok = tokenizers
     else:
         src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
+        truecaser = build_truecaser(cfg, train_pairs, cache_dir)
 
     def encode(pairs):
         tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
@@ -215,4 +224,5 @@ def create_input_pipeline(
         process_index=process_index,
         process_count=process_count,
         global_batch=cfg.batch_size,
+        truecaser=truecaser,
     )

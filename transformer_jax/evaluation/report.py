@@ -106,9 +106,9 @@ def teacher_forced_loss(
 
 def book_style(config: Any) -> bool:
     """Whether the split's text went through the book's preprocessing (spaced punctuation)."""
-    from transformer_jax.data.config import FRA_ENG
+    from transformer_jax.data.config import is_book_style
 
-    return config.data.name == FRA_ENG or bool(config.data.book_preprocessing)
+    return is_book_style(config.data)
 
 
 def split_names(config: Any) -> list[str]:

@@ -6,6 +6,10 @@
 
 Output formats (`FORMATS`): "plain" is the translation alone, an empty line for an empty
 input, so that `paste in.txt out.txt` lines them up; "tsv" is `source<TAB>translation`.
+Text styles (`TEXT_STYLES`): "natural" (the default) gives a book-style run's translations as
+text to read, punctuation joined and capitals restored (`Translator.natural`,
+`data.truecasing`: "Je pense que Tom a raison."); "data" the model's own form, as the data
+stores text and evaluate scores it ("je pense que tom a raison .").
 Everything else (the stdin prompt, invalid UTF-8, inputs longer than the model was trained
 on, where the attention plot went) is said on stderr, never mixed into the output.
 """
@@ -13,7 +17,7 @@ on, where the attention plot went) is said on stderr, never mixed into the outpu
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,6 +28,7 @@ from transformer_jax.inference import Translator
 from transformer_jax.inference.sources import unknown_words
 
 FORMATS = ("plain", "tsv")
+TEXT_STYLES = ("natural", "data")
 STDIN_PROMPT = "Reading sentences from stdin, one per line; end with Ctrl-D (Windows: Ctrl-Z)."
 
 
@@ -70,20 +75,29 @@ def read_sentences(
     return lines
 
 
-def check_format(output_format: str) -> str:
-    """`output_format` if it is one of `FORMATS`, else a ValueError listing them."""
+def check_format(output_format: str, text: str = "natural") -> str:
+    """`output_format` if it is one of `FORMATS` and `text` one of `TEXT_STYLES`, else a
+    ValueError listing them."""
     if output_format not in FORMATS:
         raise ValueError(f"--format={output_format!r}; choose one of {', '.join(FORMATS)}.")
+    if text not in TEXT_STYLES:
+        raise ValueError(f"--text={text!r}; choose one of {', '.join(TEXT_STYLES)}.")
     return output_format
 
 
 def format_lines(
-    sources: Sequence[str], translations: Sequence[str], output_format: str = "plain"
+    sources: Sequence[str],
+    translations: Sequence[str],
+    output_format: str = "plain",
+    natural: Callable[[str, str], str] | None = None,
 ) -> list[str]:
     """One printable line per sentence: the translation ("plain"), or source TAB translation
-    ("tsv"). Control characters (a tab included) of either side become spaces."""
+    ("tsv"). Control characters (a tab included) of either side become spaces. `natural`
+    (translation, source) -> text to read, e.g. `Translator.natural`, is applied first."""
     check_format(output_format)
     out = [clean_text(t).strip() for t in translations]
+    if natural is not None:
+        out = [natural(t, clean_text(s)) for s, t in zip(sources, out, strict=True)]
     if output_format == "tsv":
         out = [f"{clean_text(s).strip()}\t{t}" for s, t in zip(sources, out, strict=True)]
     return out
@@ -94,6 +108,7 @@ def translate_workdir(
     sentences: Sequence[str],
     *,
     output_format: str = "plain",
+    text: str = "natural",
     step: int | None = None,
     average_last: int = 1,
     beam_size: int | None = None,
@@ -108,7 +123,8 @@ def translate_workdir(
 
     Inputs are prepared as the run's data (`Translator.prepare`: control characters out,
     the book's lowercasing and punctuation spacing for fra_eng). Lines are formatted by
-    `format_lines`; an empty input gives an empty translation. An input of several
+    `format_lines`, as natural text (`text="natural"`: `Translator.natural`) or as the model
+    wrote them (`text="data"`); an empty input gives an empty translation. An input of several
     sentences is translated in parts cut at sentence ends (`split_len`, default the run's
     `eval.split_len`: sentence by sentence); a sentence longer than the training limit is
     translated whole and noted on `stderr`, as are words the source vocabulary reads as
@@ -117,7 +133,7 @@ def translate_workdir(
     its translation (the whole input, never in parts) are written there as a PNG (noted in
     the log).
     """
-    check_format(output_format)
+    check_format(output_format, text)
     stderr = stderr or sys.stderr
     translator = translator or Translator.from_workdir(workdir, step, average_last=average_last)
     prepared = [translator.prepare(s) for s in sentences]
@@ -148,7 +164,8 @@ def translate_workdir(
             )
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
-    return format_lines(sentences, out.texts, output_format)
+    natural = translator.natural if text == "natural" else None
+    return format_lines(sentences, out.texts, output_format, natural)
 
 
 def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str | Path) -> None:

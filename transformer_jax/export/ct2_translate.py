@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.data.segmenting import join_translations
+from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference.settings import check_split_len
 from transformer_jax.inference.sources import encode_sources
@@ -43,6 +44,17 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
             "`python -m experiments.export --format=ctranslate2`."
         )
     return json.loads(path.read_text())
+
+
+def load_truecaser(model_dir: str | Path) -> Truecaser | None:
+    """The export's `Truecaser` (translate's natural text), None for data kept as written.
+    An export from before tables were kept gets the punctuation and sentence-capital rules
+    of no particular language."""
+    manifest = read_manifest(model_dir)
+    if not manifest.get("book_style", False):
+        return None
+    path = Path(model_dir) / manifest.get("truecaser", "")
+    return Truecaser.load(path) if manifest.get("truecaser") and path.is_file() else Truecaser("")
 
 
 def _prepare(sentences: Sequence[str], book_style: bool) -> list[str]:

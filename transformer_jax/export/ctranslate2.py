@@ -25,8 +25,9 @@ parameters (the same route as CTranslate2's own OpenNMT-py and fairseq converter
   model config tells CTranslate2 that `<bos>` starts decoding, `<eos>` ends it and is
   appended to every source (`add_source_eos`, as our `encode_sources`), `<unk>` is unknown.
 
-The tokenizers are saved beside the model (`tokenizer/`) with `export.json`, so
-`ct2_translate.translate_lines` can serve the directory without this package's model code.
+The tokenizers are saved beside the model (`tokenizer/`, with a book-style run's truecaser
+for natural text) with `export.json`, so `ct2_translate.translate_lines` can serve the
+directory without this package's model code.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from transformer_jax.export.source import load_trained
 from transformer_jax.inference import Translator
@@ -287,6 +289,8 @@ def convert(
     shutil.rmtree(tokenizer_dir, ignore_errors=True)
     model.src_tokenizer.save(tokenizer_dir / SRC_TOKENIZER)
     model.tgt_tokenizer.save(tokenizer_dir / TGT_TOKENIZER)
+    if model.book_style:  # translate's natural text (`data.truecasing`)
+        _truecaser(model).save(tokenizer_dir / TRUECASER_FILE)
     manifest = {
         "format": "ctranslate2",
         "quantization": quantization or "float32",
@@ -327,4 +331,12 @@ def run_manifest(model: Translator) -> dict[str, Any]:
     at sentence ends (`eval.split_len`) and preprocessing."""
     decoding = {k: model.settings[k] for k in ("beam_size", "max_len_a", "max_len_b")}
     decoding["split_len"] = model.settings["split_len"]  # 1: sentence by sentence; 0: whole
-    return {"decoding": decoding, "book_style": model.book_style}
+    manifest = {"decoding": decoding, "book_style": model.book_style}
+    if model.book_style:
+        manifest["truecaser"] = f"{TOKENIZER_DIR}/{TRUECASER_FILE}"
+    return manifest
+
+
+def _truecaser(model: Translator) -> Truecaser:
+    """The run's truecaser, or one without learned forms (a run from before they were kept)."""
+    return model.truecaser or Truecaser(model.config.data.target_lang)

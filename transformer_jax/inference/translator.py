@@ -58,7 +58,8 @@ class Translator:
     settings its `translate` uses unless told otherwise (`inference.settings.DEFAULTS` keys).
 
     config, step and averaged_steps say where the parameters came from (None / () when
-    built from parameters in memory).
+    built from parameters in memory). truecaser: the run's learned word forms for `natural`
+    (`data.truecasing`; None: punctuation and sentence capitals only).
     """
 
     model_config: ModelConfig  # deterministic=True
@@ -69,6 +70,7 @@ class Translator:
     config: ml_collections.ConfigDict | None = None
     step: int | None = None
     averaged_steps: tuple[int, ...] = ()
+    truecaser: Any = None
 
     # --- construction --------------------------------------------------------------------
 
@@ -128,6 +130,7 @@ class Translator:
         )
         return dataclasses.replace(
             translator,
+            truecaser=ckpt.load_truecaser(workdir, config),
             step=int(meta["step"]),
             averaged_steps=steps or tuple(int(s) for s in meta.get(AVERAGED_STEPS, ())),
         )
@@ -157,6 +160,18 @@ class Translator:
         from transformer_jax.evaluation.bleu import detokenize_book
 
         return detokenize_book(text) if self.book_style else text
+
+    def natural(self, translation: str, source: str = "") -> str:
+        """A translation as text to read (`data.truecasing`): for book-style data, the
+        punctuation joined as the target language sets it and capitals restored (sentence
+        starts, the training targets' names, names capitalised in `source`, the input as
+        written); other text unchanged. evaluate scores `detokenize`'s lowercase form."""
+        if not self.book_style:
+            return translation
+        from transformer_jax.data.truecasing import Truecaser
+
+        truecaser = self.truecaser or Truecaser(self.config.data.target_lang)
+        return truecaser.natural(translation, source)
 
     def token_names(self, ids: Sequence[int], *, target: bool = False) -> list[str]:
         """A name per id (the tokenizer's `id_to_token`, else the decoded id), for plots."""

@@ -6,6 +6,8 @@ Workdir layout (everything a run needs to resume or translate):
     <workdir>/config.json          the resolved run config (ConfigDict JSON)
     <workdir>/tokenizer/source/    source tokenizer (`transformer_jax.data.save_tokenizers`)
     <workdir>/tokenizer/target/    target tokenizer
+    <workdir>/tokenizer/truecaser.json  book-style runs: the targets' usual word forms, for
+                                   natural-text translations (`data.truecasing`)
     <workdir>/checkpoints/<step>/  orbax: `state` (TrainState: step, params, opt_state, rng;
                                    host numpy), `data` (train iterator position, JSON),
                                    `meta` (vocabulary sizes and fingerprints, step,
@@ -230,6 +232,29 @@ def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> Path:
         multihost_utils.sync_global_devices(f"quarantine {directory}")
     manager.reload()
     return target
+
+
+def save_truecaser(truecaser: Any, tokenizer_dir: Path, from_dir: Path | None = None) -> None:
+    """Writes a run's truecaser beside its tokenizers: `truecaser` if given, else a copy of
+    the one in `from_dir` (the tokenizers' origin, e.g. a fine-tune's `--init_from` run)."""
+    from transformer_jax.data.truecasing import TRUECASER_FILE
+
+    if truecaser is not None:
+        truecaser.save(tokenizer_dir / TRUECASER_FILE)
+    elif from_dir is not None and (from_dir / TRUECASER_FILE).is_file():
+        shutil.copyfile(from_dir / TRUECASER_FILE, tokenizer_dir / TRUECASER_FILE)
+
+
+def load_truecaser(workdir: str | Path, config: ml_collections.ConfigDict) -> Any:
+    """The `Truecaser` of a book-style run: its saved table, or (a run from before tables
+    were saved) one without learned forms; None for data kept as written."""
+    from transformer_jax.data.config import is_book_style
+    from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
+
+    if not is_book_style(config.data):
+        return None
+    path = Path(workdir) / TOKENIZER_DIR / TRUECASER_FILE
+    return Truecaser.load(path) if path.is_file() else Truecaser(config.data.target_lang)
 
 
 def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, Any]:

@@ -171,6 +171,7 @@ def train_and_evaluate(
         _save_config(config, workdir, changes)
         if not own_tokenizers.is_dir():
             data_lib.save_tokenizers(src_tok, tgt_tok, own_tokenizers)
+            ckpt.save_truecaser(pipeline.truecaser, own_tokenizers, tokenizer_dir)
     # TensorBoard hides events of steps after the restored one (written before a kill).
     writer = MetricWriter(
         workdir, enabled=is_main, purge_step=start_step + 1 if start_step else None
