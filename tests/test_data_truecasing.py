@@ -117,3 +117,22 @@ def test_build_truecaser_without_the_zip_or_for_data_kept_as_written(make_zip, m
     other = config_lib.data_config()
     other.name = "ted_hrlr_translate/pt_to_en"
     assert build_truecaser(other, train, tmp_path / "cache") is None
+
+
+def test_build_truecaser_for_another_dataset_in_the_book_form(tmp_path):
+    import tensorflow_datasets as tfds
+
+    cfg = config_lib.data_config()
+    cfg.name, cfg.source_lang, cfg.target_lang = "ted_hrlr_translate/pt_to_en", "pt", "en"
+    cfg.data_dir, cfg.book_preprocessing = str(tmp_path / "tfds"), True
+    records = [
+        {"pt": "Vi o João.", "en": "I saw John, and John saw me."},
+        {"pt": "Olá!", "en": "Hello, I am here."},
+        {"pt": "Sim.", "en": "Yes, I know."},
+    ]
+    with tfds.testing.mock_data(as_data_source_fn=lambda *args, **kwargs: records):
+        train = sources.load_split_pairs(cfg, "train")
+        truecaser = build_truecaser(cfg, train, tmp_path / "cache")
+    assert train[0] == ("vi o joão .", "i saw john , and john saw me .")
+    assert truecaser == Truecaser("en", {"i": "I", "john": "John"})
+    assert truecaser.natural("hello , i saw john !") == "Hello, I saw John!"
