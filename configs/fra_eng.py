@@ -64,16 +64,15 @@ VARIANTS = tuple(dict.fromkeys(("default", "d2l", "hour", *model_variants.VARIAN
 
 # The 60-minute recipe (`--config=configs/fra_eng.py:hour`): the README model (D 128, no dropout,
 # one tied 4,000-piece vocabulary, batches of ~2,048 tokens, norm first with a linear decay from
-# 8e-3) with 3+3 layers and subword regularization, since 2026-11-26 8,000 steps of ~4,096
-# tokens (curve in the module docstring; 55.8 minutes on the Zen 4 EPYC). Until then 15,000
-# steps of ~2,048 tokens (57.9 minutes on the Zen 4 EPYC of 2026-11-25, night). Subword
-# sampling at α 0.5 (6 % more pieces a sentence, 40 % of draws unlike the best) reached 43.64 greedy / 45.04
-# beam 4 at step 15,000; at α 0.3 (19 % more pieces, 70 %) the model learned more slowly
-# (-1.2 BLEU at steps 4,800 and 7,400) and scored 43.17 / 44.55 at step 15,601 of 16,000 in
-# the hour; without it, 43.12 / 44.75 at 16,000 steps on a faster Xeon, overfitting (17,400
-# steps scored 0.9 lower with a higher validation NLL; 4+4 for 12,500 steps, the same hour,
-# 42.65 / 44.18). Norm first replaced the paper's post-norm at 5e-3 on 2026-11-25: ahead at
-# every checkpoint per step.
+# 8e-3) with 3+3 layers and subword regularization, since 2026-11-26 8,000 steps of ~4,096 tokens
+# (curve in the module docstring; 55.8 minutes on the Zen 4 EPYC). Until then 15,000 steps of ~2,048
+# tokens (57.9 minutes on the Zen 4 EPYC of 2026-11-25, night). Subword sampling at α 0.5 (6 % more
+# pieces a sentence, 40 % of draws unlike the best) reached 43.64 greedy / 45.04 beam 4 at step
+# 15,000; at α 0.3 (19 % more pieces, 70 %) the model learned more slowly (-1.2 BLEU at steps 4,800
+# and 7,400) and scored 43.17 / 44.55 at step 15,601 of 16,000 in the hour; without it, 43.12 /
+# 44.75 at 16,000 steps on a faster Xeon, overfitting (17,400 steps scored 0.9 lower with a higher
+# validation NLL; 4+4 for 12,500 steps, the same hour, 42.65 / 44.18). Norm first replaced the
+# paper's post-norm at 5e-3 on 2026-11-25: ahead at every checkpoint per step.
 # The joint, tied vocabulary was ahead at every checkpoint (+1.4 BLEU at the end) of 2,000
 # pieces per language with three tables, though its 4,000-way softmax makes the step 7 %
 # slower. 2+2 layers for 22,000 steps (the same hour) ended 0.7 BLEU below 3+3 and overfit from
