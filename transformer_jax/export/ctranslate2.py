@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
+from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from transformer_jax.export.source import load_trained
 from transformer_jax.inference import Translator
@@ -289,8 +289,8 @@ def convert(
     shutil.rmtree(tokenizer_dir, ignore_errors=True)
     model.src_tokenizer.save(tokenizer_dir / SRC_TOKENIZER)
     model.tgt_tokenizer.save(tokenizer_dir / TGT_TOKENIZER)
-    if model.book_style:  # translate's natural text (`data.truecasing`)
-        _truecaser(model).save(tokenizer_dir / TRUECASER_FILE)
+    if model.text_truecaser is not None:  # translate's natural text (`data.truecasing`)
+        model.text_truecaser.save(tokenizer_dir / TRUECASER_FILE)
     manifest = {
         "format": "ctranslate2",
         "quantization": quantization or "float32",
@@ -335,8 +335,3 @@ def run_manifest(model: Translator) -> dict[str, Any]:
     if model.book_style:
         manifest["truecaser"] = f"{TOKENIZER_DIR}/{TRUECASER_FILE}"
     return manifest
-
-
-def _truecaser(model: Translator) -> Truecaser:
-    """The run's truecaser, or one without learned forms (a run from before they were kept)."""
-    return model.truecaser or Truecaser(model.config.data.target_lang)

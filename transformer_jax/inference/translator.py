@@ -130,7 +130,7 @@ class Translator:
         )
         return dataclasses.replace(
             translator,
-            truecaser=ckpt.load_truecaser(workdir, config),
+            truecaser=ckpt.load_truecaser(workdir),
             step=int(meta["step"]),
             averaged_steps=steps or tuple(int(s) for s in meta.get(AVERAGED_STEPS, ())),
         )
@@ -161,17 +161,24 @@ class Translator:
 
         return detokenize_book(text) if self.book_style else text
 
+    @property
+    def text_truecaser(self) -> Any:
+        """The `Truecaser` that `natural` uses: the run's, or for a book-style run without
+        one (from before tables were saved, or built from parameters) one without learned
+        forms; None for data kept as written."""
+        if not self.book_style:
+            return None
+        from transformer_jax.data.truecasing import Truecaser
+
+        return self.truecaser or Truecaser(self.config.data.target_lang)
+
     def natural(self, translation: str, source: str = "") -> str:
         """A translation as text to read (`data.truecasing`): for book-style data, the
         punctuation joined as the target language sets it and capitals restored (sentence
         starts, the training targets' names, names capitalised in `source`, the input as
         written); other text unchanged. evaluate scores `detokenize`'s lowercase form."""
-        if not self.book_style:
-            return translation
-        from transformer_jax.data.truecasing import Truecaser
-
-        truecaser = self.truecaser or Truecaser(self.config.data.target_lang)
-        return truecaser.natural(translation, source)
+        truecaser = self.text_truecaser
+        return truecaser.natural(translation, source) if truecaser else translation
 
     def token_names(self, ids: Sequence[int], *, target: bool = False) -> list[str]:
         """A name per id (the tokenizer's `id_to_token`, else the decoded id), for plots."""

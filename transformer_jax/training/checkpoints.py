@@ -245,16 +245,13 @@ def save_truecaser(truecaser: Any, tokenizer_dir: Path, from_dir: Path | None = 
         shutil.copyfile(from_dir / TRUECASER_FILE, tokenizer_dir / TRUECASER_FILE)
 
 
-def load_truecaser(workdir: str | Path, config: ml_collections.ConfigDict) -> Any:
-    """The `Truecaser` of a book-style run: its saved table, or (a run from before tables
-    were saved) one without learned forms; None for data kept as written."""
-    from transformer_jax.data.config import is_book_style
+def load_truecaser(workdir: str | Path) -> Any:
+    """The `Truecaser` saved with a run's tokenizers, None if it has none (data kept as
+    written, or a run from before tables were saved: `Translator.text_truecaser`)."""
     from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 
-    if not is_book_style(config.data):
-        return None
     path = Path(workdir) / TOKENIZER_DIR / TRUECASER_FILE
-    return Truecaser.load(path) if path.is_file() else Truecaser(config.data.target_lang)
+    return Truecaser.load(path) if path.is_file() else None
 
 
 def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, Any]:
