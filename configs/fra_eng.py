@@ -30,9 +30,11 @@ idle), sacreBLEU greedy on the whole test split (8,491 pairs; benchmarks/README.
                                               the validation split: 45.68 ± 0.77; 16+
                                               words: 19.5 greedy, 18.4 beam 6, on 32 pairs)
 
-Seed 0 (the default) with 8,500 steps, the first run of these batches: 31.5 / 37.6 / 40.0 /
-43.8 greedy at 10.2 / 20.3 / 30.2 / 60.2 minutes (step 8,465), beam 6 45.31 ± 0.74; 8,500
-steps did not end inside the hour on this VM, so the recipe takes 8,000. The recipe before
+Seed 2, the same VM a day later (the step ~5 % slower): 30.3 / 37.1 / 40.4 / 44.2 greedy at
+10.2 / 20.2 / 30.2 / 56.3 minutes (the end), beam 6 45.84 ± 0.74. Seed 0 (the default) with
+8,500 steps, the first run of these batches: 31.5 / 37.6 / 40.0 / 43.8 greedy at 10.2 / 20.3
+/ 30.2 / 60.2 minutes (step 8,465), beam 6 45.31 ± 0.74; 8,500 steps did not end inside the
+hour on this VM, so the recipe takes 8,000. Three seeds, beam 6: mean 45.61. The recipe before
 (batches of ~2,048 tokens, 15,000 steps) scored 45.20 / 44.99 / 44.92 with beam 6 for seeds
 0 / 1 / 2 at their 60-minute checkpoints (43.64 / 43.95 / 43.51 greedy; 53-60 minutes).
 

@@ -79,16 +79,18 @@ print({k: round(v, 3) for k, v in final.items() if isinstance(v, float)})
 # ## Translate
 # `Translator.from_workdir` restores the parameters of the newest checkpoint (not the
 # optimizer state) with the run's tokenizers and decoding settings; `prepare` lowercases and
-# spaces punctuation as the training data was.
+# spaces punctuation as the training data was, and `natural` turns a translation back into
+# text to read (capitals and French punctuation, as `experiments.translate` prints it).
 
 # %%
 from transformer_jax.inference import Translator
 
 translator = Translator.from_workdir(WORKDIR)
-sentences = [translator.prepare(s) for s in ["Go.", "I lost.", "He's calm.", "I'm home."]]
+texts = ["Go.", "I lost.", "He's calm.", "I'm home."]
+sentences = [translator.prepare(s) for s in texts]
 translations = translator.translate(sentences)
-for en, fr in zip(sentences, translations, strict=True):
-    print(f"{en!r:>16} => {fr!r}")
+for en, fr in zip(texts, translations, strict=True):
+    print(f"{en!r:>14} => {translator.natural(fr, en)!r}")
 
 # %% [markdown]
 # ## Attention heatmaps

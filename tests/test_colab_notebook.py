@@ -45,7 +45,8 @@ def test_notebook_executes_on_cpu_with_a_tiny_config(tmp_path, monkeypatch):
         for out in cell.get("outputs", [])
     )
     assert "platform: CPU" in text
-    assert "'go .' =>" in text
+    # the inputs as the user wrote them, each with its translation (natural text)
+    assert all(f"{line!r} =>" in text for line in ("Go.", "I lost.", "He's calm.", "I'm home."))
     images = [
         out
         for cell in nb.cells
