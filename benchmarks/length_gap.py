@@ -13,17 +13,12 @@ if it fell with length, a low score on long sentences would be partly the metric
 
 from __future__ import annotations
 
+import argparse
 import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from absl import app, flags
-
 from transformer_jax import launch
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir: its config names the data.")
-flags.DEFINE_integer("rare", 5, "A word seen at most this many times in training is rare.")
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -123,10 +118,20 @@ def format_rare_rows(rows: Sequence[dict[str, Any]], rare: int) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    # argparse, not absl flags: importing this module (as its tests do) defines no flags.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--workdir", required=True, help="Training workdir: its config names the data."
+    )
+    parser.add_argument(
+        "--rare",
+        type=int,
+        default=5,
+        help="A word seen at most this many times in training is rare.",
+    )
+    args = parser.parse_args(argv)
     launch.quiet_library_logs()
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.data import load_split_pairs
     from transformer_jax.data.config import is_book_style
     from transformer_jax.evaluation.bleu import (
@@ -136,19 +141,22 @@ def main(argv: list[str]) -> None:
         detokenize_book,
         format_length_table,
     )
-    from transformer_jax.training.checkpoints import load_config
+    from transformer_jax.training.checkpoints import NoCheckpointError, load_config
 
-    config = load_config(FLAGS.workdir)
+    try:
+        config = load_config(args.workdir)
+    except (NoCheckpointError, ValueError) as error:
+        launch.fatal(str(error))
     detok = detokenize_book if is_book_style(config.data) else (lambda text: text)
     words_of = lambda source: len(detok(source).split())  # noqa: E731  (as the report counts)
     train = load_split_pairs(config.data, config.data.train_split)
     test = load_split_pairs(config.data, config.data.test_split)
-    rows = rare_word_rows(train, test, rare=FLAGS.rare, words_of=words_of, bins=LENGTH_BINS)
+    rows = rare_word_rows(train, test, rare=args.rare, words_of=words_of, bins=LENGTH_BINS)
     print(
         f"## Rare words by source length ({config.data.test_split} against "
         f"{config.data.train_split}, whitespace tokens)\n"
     )
-    print("\n".join(format_rare_rows(rows, FLAGS.rare)))
+    print("\n".join(format_rare_rows(rows, args.rare)))
 
     data = config.data
     splits = list(dict.fromkeys((data.train_split, data.eval_split, data.test_split)))
@@ -168,4 +176,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+    main()

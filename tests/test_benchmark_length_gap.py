@@ -45,3 +45,13 @@ def test_reference_pairs_keep_sources_with_two_distinct_translations_first_two_i
     ]
     assert reference_pairs(pairs) == (["go ."], ["va !"], ["allez !"])
     assert reference_pairs([("a .", "b ."), ("a .", "b .")]) == ([], [], [])
+
+
+def test_a_directory_that_is_no_run_is_one_fatal_line_naming_the_fix(tmp_path, capsys):
+    from benchmarks.length_gap import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--workdir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("FATAL:") and "experiments.train" in err
