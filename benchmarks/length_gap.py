@@ -7,8 +7,8 @@ words of the detokenised source) of the test split, the share of source and targ
 that the training split never shows or shows at most `--rare` times, and how many pairs hold
 such a source word. Then, over every split, the sources with two or more distinct
 translations: the first translation scored as a hypothesis against the second (sacreBLEU),
-by the same rows. That is what single-reference BLEU gives a translator who knows every word;
-if it fell with length, a low score on long sentences would be partly the metric's.
+by the same rows: the single-reference BLEU a second human translator gets at each length.
+If it fell with length, a low score on long sentences would be partly the metric's.
 """
 
 from __future__ import annotations
