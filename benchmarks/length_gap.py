@@ -19,18 +19,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from transformer_jax import launch
+from transformer_jax.evaluation.bleu import length_bin_name
 
 Pairs = Sequence[tuple[str, str]]
 
 
-def _label(first: int, last: int | None) -> str:
-    return f"{first}-{last}" if last else f"{first}+"  # as bleu_by_length names its rows
-
-
-def _bin_label(words: int, bins: Sequence[tuple[int, int | None]]) -> str | None:
+def _bin_name(words: int, bins: Sequence[tuple[int, int | None]]) -> str | None:
     for first, last in bins:
         if words >= first and (last is None or words <= last):
-            return _label(first, last)
+            return length_bin_name(first, last)
     return None
 
 
@@ -52,10 +49,10 @@ def rare_word_rows(
     counts = [
         collections.Counter(w for pair in train for w in pair[side].split()) for side in (0, 1)
     ]
-    labels = [_label(first, last) for first, last in bins]
+    labels = [length_bin_name(first, last) for first, last in bins]
     sums: dict[str, collections.Counter] = {}
     for source, target in test:
-        label = _bin_label(words_of(source), bins)
+        label = _bin_name(words_of(source), bins)
         if label is None:
             continue
         row = sums.setdefault(label, collections.Counter())
@@ -149,8 +146,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         launch.fatal(str(error))
     detok = detokenize_book if is_book_style(config.data) else (lambda text: text)
     words_of = lambda source: len(detok(source).split())  # noqa: E731  (as the report counts)
-    train = load_split_pairs(config.data, config.data.train_split)
-    test = load_split_pairs(config.data, config.data.test_split)
+    data = config.data
+    # Each split read once: the rare-word table and the human pairs both use them.
+    splits = {
+        s: load_split_pairs(data, s) for s in (data.train_split, data.eval_split, data.test_split)
+    }
+    train, test = splits[data.train_split], splits[data.test_split]
     rows = rare_word_rows(train, test, rare=args.rare, words_of=words_of, bins=LENGTH_BINS)
     print(
         f"## Rare words by source length ({config.data.test_split} against "
@@ -158,9 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("\n".join(format_rare_rows(rows, args.rare)))
 
-    data = config.data
-    splits = list(dict.fromkeys((data.train_split, data.eval_split, data.test_split)))
-    everything = [pair for split in splits for pair in load_split_pairs(config.data, split)]
+    everything = [pair for pairs in splits.values() for pair in pairs]
     sources, first, second = reference_pairs(everything)
     print(
         f"\n## One human translation against another ({len(sources):,} sources of "

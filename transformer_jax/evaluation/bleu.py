@@ -122,6 +122,11 @@ def bleu_interval(
 LENGTH_BINS: tuple[tuple[int, int | None], ...] = ((1, 5), (6, 10), (11, 15), (16, None))
 
 
+def length_bin_name(first: int, last: int | None) -> str:
+    """A `LENGTH_BINS` row's name: "1-5", or "16+" for a row with no upper end."""
+    return f"{first}-{last}" if last else f"{first}+"
+
+
 def bleu_by_length(
     sources: Sequence[str],
     hypotheses: Sequence[str],
@@ -151,7 +156,7 @@ def bleu_by_length(
         scores = corpus_scores(hyps, refs, n_bootstrap=n_bootstrap) if len(chosen) else {}
         rows.append(
             {
-                "words": f"{first}-{last}" if last else f"{first}+",
+                "words": length_bin_name(first, last),
                 "count": int(len(chosen)),
                 "bleu": scores.get("bleu"),
                 "bleu_ci95": scores.get("bleu_ci95"),
