@@ -211,8 +211,10 @@ def test_sampled_packed_rows_keep_their_pairs_and_fit(tok):
     # alpha 0.1 on this small vocabulary draws the best segmentation most of the time (~1 in
     # 4 rows differs; none without sampling).
     assert differ >= 3
-    # The rows were planned with room for longer draws: most reads keep their draw.
-    assert sampling.sides_sampled > 0.9 * sampling.sides_total
+    # The rows were planned with room for longer draws: most reads keep their draw. The
+    # draws of one seed differ between processes (SentencePiece's generator; 60-66 of these
+    # 68 sides in 13 processes, 2026-11-26), so the bound leaves room below 0.9.
+    assert sampling.sides_sampled > 0.8 * sampling.sides_total
     # Reading an epoch for a report leaves the run's counters alone.
     counts = (sampling.sides_sampled, sampling.sides_total)
     assert len(list(sampled.epoch_batches(1))) > 0
