@@ -190,3 +190,63 @@ def test_sharded_decoding_on_two_devices_matches_one_device(model, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK" in proc.stdout
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_traced_limit_equals_a_shorter_static_length(model, beam):
+    """One program (room L) with a budget of 5 as an argument: the same tokens and scores as
+    a program compiled for L = 5, padded after; a limit of L changes nothing."""
+    cfg, params, src, src_len = model
+    short, room = 5, MAX_DECODE_LEN
+    if beam == 1:
+        want = np.asarray(greedy_decode(cfg, params, src, src_len, max_decode_len=short))
+        got = np.asarray(
+            greedy_decode(cfg, params, src, src_len, max_decode_len=room, limit=jnp.int32(short))
+        )
+        full = greedy_decode(cfg, params, src, src_len, max_decode_len=room)
+        same = greedy_decode(cfg, params, src, src_len, max_decode_len=room, limit=room)
+    else:
+        kw = dict(beam_size=beam, alpha=0.6)
+        result = beam_decode(cfg, params, src, src_len, max_decode_len=short, **kw)
+        limited = beam_decode(
+            cfg, params, src, src_len, max_decode_len=room, limit=jnp.int32(short), **kw
+        )
+        np.testing.assert_allclose(limited.scores, result.scores, rtol=1e-6)
+        want, got = np.asarray(result.tokens), np.asarray(limited.tokens)
+        full = beam_decode(cfg, params, src, src_len, max_decode_len=room, **kw).tokens
+        same = beam_decode(cfg, params, src, src_len, max_decode_len=room, limit=room, **kw)
+        same = same.tokens
+    np.testing.assert_array_equal(got[..., :short], want)
+    assert np.all(got[..., short:] == cfg.pad_id)
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(full))
+    # Not vacuous: without the limit some row runs past it.
+    assert np.any(np.asarray(full)[..., short:] != cfg.pad_id)
+
+
+def test_a_large_call_decodes_with_one_program_per_width(model):
+    """100 sources of 2..60 tokens, batches of 16: two programs (widths 16 and 64, every
+    batch 16 rows, the last too), and the tokens of decoding each batch at its own width
+    rounded to 8 with the budget compiled in (the rule before program widths)."""
+    from transformer_jax.decoding import batch_decode
+    from transformer_jax.runtime import compile_log
+
+    cfg, params, _, _ = model
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.integers(2, 16, 80), rng.integers(17, 61, 20)])
+    sources = [[*rng.integers(4, cfg.src_vocab_size, n - 1).tolist(), EOS_ID] for n in lengths]
+    with compile_log.recording() as log:
+        out = batch_decode.decode_ids(cfg, params, sources, beam_size=2, batch_size=16)
+    names = [p.name for p in log.programs if "per_device" in p.name]
+    assert len(names) == 2, log.programs
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    for start in range(0, len(order), 16):
+        chunk = order[start : start + 16]
+        width = batch_decode.round_up(max(len(sources[i]) for i in chunk), 8)
+        budget = batch_decode.output_budget(width)
+        src, src_len = batch_decode.pad_batch([sources[i] for i in chunk], len(chunk), width)
+        want = np.asarray(
+            beam_decode(cfg, params, src, src_len, beam_size=2, max_decode_len=budget).tokens
+        )[:, 0]
+        for r, i in enumerate(chunk):
+            np.testing.assert_array_equal(out[i][:budget], want[r])
+            assert np.all(out[i][budget:] == cfg.pad_id)

@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import random_params
 from transformer_jax.data.encoding import encode_text, tokenize_pairs
+from transformer_jax.data.vocab import PAD_ID
 from transformer_jax.decoding import SourceTooLongError, greedy_decode, output_budget
 from transformer_jax.evaluation import attention_weights
 from transformer_jax.inference import DecodingWarning, Translator, encode_sources
@@ -151,9 +152,15 @@ def test_output_budget_follows_the_source_length(model):
     out = translate_detailed(
         cfg, params, SRC, TGT, [short, long, short4], max_len_a=2.0, max_len_b=10, batch_size=1
     )
-    # Each sorted batch of one: 3 and 4 tokens are width 8, budget 2·8 + 10 -> 32; 31 tokens
-    # width 32, budget 2·32 + 10 -> 80.
-    assert [len(t) for t in out.tokens] == [32, 80, 32]
+    # Each sorted batch of one: 3 and 4 tokens round to 8, budget 2·8 + 10 -> 32; 31 tokens
+    # round to 32, budget 2·32 + 10 -> 80. The programs are of widths 16 and 64, so their
+    # output rooms are 2·16 + 10 -> 48 and 2·64 + 10 -> 144; the budget stops the search.
+    assert [len(t) for t in out.tokens] == [48, 144, 48]
+    budgets = [32, 80, 32]
+    for tokens, budget in zip(out.tokens, budgets, strict=True):
+        assert np.all(tokens[budget:] == PAD_ID)
+    # The random model rarely says <eos>: some row runs to its budget, not to its room.
+    assert [int(np.sum(t != PAD_ID)) for t in out.tokens] == budgets
 
 
 def test_many_bad_inputs_give_one_summary_warning_each():

@@ -7,17 +7,25 @@ Text never reaches this module: `inference.Translator` encodes sentences with da
 
 Sources are never cut: only a model with a learned position table has a hard limit (a clear
 error). The output budget follows the source, as fairseq's `--max-len-a/b`: at most
-`max_len_a · W + max_len_b` tokens, W the batch's source width (its longest source rounded
-up to a multiple of 8). Sources are sorted by length so a batch holds similar lengths,
-padded to a few fixed shapes, and returned in the input order. Each shape is one
-compilation, so the budget follows the width rather than the longest source itself: a
-budget is a cap (decoding stops when every hypothesis has ended), and one program per
-width instead of one per (width, budget) pair is 4 beam programs instead of 9 for the
-fra-eng test split (about 2.5 s of compiling each for the README model).
+`max_len_a · W + max_len_b` tokens, W the batch's longest source rounded up to a multiple of
+8. Sources are sorted by length so a batch holds similar lengths, and returned in the input
+order.
+
+Each padded shape is one XLA program, which on an accelerator costs tens of seconds to
+compile against milliseconds to run, so few shapes: a batch is padded to one of the
+program widths 16, 64, 256, ... (`program_width`), and its budget is an argument of the
+program (the search stops there), not a shape: the program's own output room is the budget
+of its width. A call with at least `batch_size` sentences pads every batch, the last too, to
+`batch_size` rows; a smaller call (a few lines to translate) to a power of two. So a test
+split of sentences up to 64 tokens decodes with two programs (one per width; four with
+widths rounded to 8 before). The padding costs little: the search stops when every
+hypothesis has ended and beam search grows its cache with the output
+(`model_decode`), so only the encoder and the cross-attention see the wider source.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -30,8 +38,10 @@ from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding import model_decode
 from transformer_jax.nn import ModelConfig
 
-# Source widths and output budgets are rounded up to a multiple of this: few compilations.
+# Output budgets follow the longest source rounded up to a multiple of this.
 LENGTH_BUCKET = 8
+# Program widths: the smallest of FIRST_WIDTH * WIDTH_FACTOR**k that holds the batch.
+FIRST_WIDTH, WIDTH_FACTOR = 16, 4
 # fairseq-style output budget a·S + b; training configs set their own (`eval.max_len_a/b`).
 DEFAULT_MAX_LEN_A = 2.0
 DEFAULT_MAX_LEN_B = 10
@@ -61,6 +71,15 @@ def output_budget(
     return min(length, position_limit) if position_limit is not None else length
 
 
+def program_width(longest: int, position_limit: int | None = None) -> int:
+    """The padded source width of a batch whose longest source has `longest` tokens:
+    16, 64, 256, ... (few programs), at most a learned position table's `position_limit`."""
+    width = FIRST_WIDTH
+    while width < longest:
+        width *= WIDTH_FACTOR
+    return min(width, position_limit) if position_limit is not None else width
+
+
 def round_up(n: int, multiple: int) -> int:
     """The smallest multiple of `multiple` that is >= n."""
     return -(-n // multiple) * multiple
@@ -78,7 +97,8 @@ def pad_batch(rows: list[list[int]], num_rows: int, width: int) -> tuple[np.ndar
 
 
 def _batch_rows(n: int, batch_size: int, num_devices: int) -> int:
-    """Rows of a batch of n sentences: batch_size, or a power of two for a short last batch."""
+    """Rows of every batch of a call of n sentences: batch_size when n fills one (the last
+    batch is padded too: one shape), else n rounded up to a power of two."""
     rows = batch_size if n >= batch_size else 1 << max(0, n - 1).bit_length()
     return round_up(max(rows, num_devices), num_devices)
 
@@ -97,8 +117,9 @@ def decode_ids(
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
 
-    Each batch may generate `output_budget(W)` tokens, W its source width (see the module
-    docstring). Returns one (L,) array per source (the best hypothesis: `<eos>` then `<pad>`).
+    Each batch may generate `output_budget(W)` tokens, W its longest source rounded up to a
+    multiple of 8 (see the module docstring). Returns one (L,) array per source (the best
+    hypothesis: `<eos>` then `<pad>`), L the budget of the batch's program width.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -118,25 +139,25 @@ def decode_ids(
     params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
+    num_rows = _batch_rows(len(sources), batch_size, num_devices)
+    budget = functools.partial(
+        output_budget,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_decode_len=max_decode_len,
+        position_limit=limit,
+    )
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         rows = [list(sources[i]) for i in chunk]
         longest = max(map(len, rows))
-        width = round_up(longest, LENGTH_BUCKET)
-        if limit is not None:
-            width = min(width, limit)
-        length = output_budget(
-            width,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            max_decode_len=max_decode_len,
-            position_limit=limit,
-        )
-        src, src_len = pad_batch(rows, _batch_rows(len(rows), batch_size, num_devices), width)
+        width = program_width(longest, limit)
+        src, src_len = pad_batch(rows, num_rows, width)
         decode = model_decode.sharded_decoder(
-            cfg, beam_size=beam_size, max_decode_len=length, alpha=float(alpha), mesh=mesh
+            cfg, beam_size=beam_size, max_decode_len=budget(width), alpha=float(alpha), mesh=mesh
         )
-        tokens = np.asarray(decode(params, src, src_len))  # (B, L) or (B, W, L)
+        length = budget(min(round_up(longest, LENGTH_BUCKET), width))
+        tokens = np.asarray(decode(params, src, src_len, length))  # (B, L) or (B, W, L)
         if tokens.ndim == 3:
             tokens = tokens[:, 0]  # the best of the n-best
         for r, i in enumerate(chunk):

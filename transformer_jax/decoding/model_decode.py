@@ -63,11 +63,13 @@ def greedy_decode(
     src_len: Array,
     *,
     max_decode_len: int,
+    limit: Array | int | None = None,
     use_cache: bool = True,
     grow_cache: bool = False,
 ) -> Array:
     """src (B, S), src_len (B,) -> generated ids (B, L), `<eos>` kept, then `<pad>`.
 
+    `limit` (traced, <= L = `max_decode_len`) stops earlier without another compilation.
     `use_cache=False` recomputes the decoder over the prefix at every step (the reference);
     `grow_cache=True` grows the cache with the output as beam search does (module docstring).
     """
@@ -76,7 +78,7 @@ def greedy_decode(
         config, params, src, src_len, max_decode_len, 1, use_cache, grow_cache
     )
     return search.greedy_search(
-        step, state, src.shape[0], max_decode_len, grow=grow, pad_id=config.pad_id
+        step, state, src.shape[0], max_decode_len, grow=grow, limit=limit, pad_id=config.pad_id
     )
 
 
@@ -93,10 +95,14 @@ def beam_decode(
     beam_size: int,
     max_decode_len: int,
     alpha: float | Array = 0.6,
+    limit: Array | int | None = None,
     use_cache: bool = True,
     grow_cache: bool = True,
 ) -> search.BeamResult:
-    """src (B, S), src_len (B,) -> n-best tokens (B, W, L) and scores (B, W), best first."""
+    """src (B, S), src_len (B,) -> n-best tokens (B, W, L) and scores (B, W), best first.
+
+    `limit` (traced, <= L = `max_decode_len`) cuts hypotheses earlier, as in `greedy_decode`.
+    """
     steps.check_decode_len(config, max_decode_len)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -111,6 +117,7 @@ def beam_decode(
         max_decode_len,
         alpha=alpha,
         grow=grow,
+        limit=limit,
         pad_id=config.pad_id,
     )
 
@@ -129,19 +136,24 @@ def sharded_decoder(
     alpha: float = 0.6,
     mesh: Mesh | None = None,
 ):
-    """A jitted fn(params, src (B, S), src_len (B,)) -> tokens with the batch split over devices.
+    """A jitted fn(params, src (B, S), src_len (B,), limit=None) -> tokens, the batch split
+    over devices.
 
-    Each device decodes its B / devices rows independently (`shard_map`, no collectives), so
-    its while-loop stops as soon as its own rows are done. B must be divisible by the number of
+    `limit` (an int <= `max_decode_len`, default it) is an argument of the one compiled
+    program, so batches with other output budgets up to `max_decode_len` reuse it. Each
+    device decodes its B / devices rows independently (`shard_map`, no collectives), so its
+    while-loop stops as soon as its own rows are done. B must be divisible by the number of
     devices. Returns (B, L) for beam_size 1 (greedy) and (B, W, L) n-best tokens otherwise
     (use `beam_decode` directly for scores).
     """
     mesh = mesh or local_mesh()
     data = PartitionSpec(DATA_AXIS)
 
-    def per_device(params, src, src_len):
+    def per_device(params, src, src_len, limit):
         if beam_size == 1:
-            return greedy_decode(config, params, src, src_len, max_decode_len=max_decode_len)
+            return greedy_decode(
+                config, params, src, src_len, max_decode_len=max_decode_len, limit=limit
+            )
         return beam_decode(
             config,
             params,
@@ -150,13 +162,20 @@ def sharded_decoder(
             beam_size=beam_size,
             max_decode_len=max_decode_len,
             alpha=alpha,
+            limit=limit,
         ).tokens
 
-    mapped = jax.shard_map(
-        per_device,
-        mesh=mesh,
-        in_specs=(PartitionSpec(), data, data),
-        out_specs=data,
-        check_vma=False,
+    mapped = jax.jit(
+        jax.shard_map(
+            per_device,
+            mesh=mesh,
+            in_specs=(PartitionSpec(), data, data, PartitionSpec()),
+            out_specs=data,
+            check_vma=False,
+        )
     )
-    return jax.jit(mapped)
+
+    def decode(params: Any, src: Array, src_len: Array, limit: int | None = None) -> Array:
+        return mapped(params, src, src_len, np.int32(max_decode_len if limit is None else limit))
+
+    return decode

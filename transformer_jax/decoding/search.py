@@ -103,11 +103,12 @@ def greedy_search(
     max_len: int,
     *,
     grow: GrowFn | None = None,
+    limit: Array | int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
 ) -> Array:
-    """Feed `<bos>`, then always the arg-max token, until `<eos>` or `max_len` tokens.
+    """Feed `<bos>`, then always the arg-max token, until `<eos>` or `limit` tokens.
 
     Args:
       step_fn: (tokens (B,), state) -> (logits (B, V), state).
@@ -116,17 +117,20 @@ def greedy_search(
       max_len: L, the most tokens generated per row (`<eos>` included).
       grow: if given, decode in `cache_lengths(L)` segments, growing `state` before each;
         `state` then starts with room for at most the first segment's positions.
+      limit: the most tokens to generate, <= L; a traced int32 scalar may set it per call,
+        so one compiled program (shapes of L) serves every budget up to L. Default L.
 
     Returns:
       (B, L) int32 generated ids: `<eos>` is kept, positions after it hold `<pad>`.
     """
+    limit = max_len if limit is None else jnp.minimum(jnp.asarray(limit, jnp.int32), max_len)
     tokens = jnp.full((batch_size, max_len), pad_id, jnp.int32)  # (B, L)
     last = jnp.full((batch_size,), bos_id, jnp.int32)  # (B,)
     finished = jnp.zeros((batch_size,), bool)  # (B,)
 
     def cond(carry):
         i, _, _, finished, _ = carry
-        return (i < max_len) & ~jnp.all(finished)
+        return (i < limit) & ~jnp.all(finished)
 
     def body(carry):
         i, last, tokens, finished, state = carry
@@ -210,6 +214,7 @@ def beam_search(
     *,
     alpha: float | Array = 0.6,
     grow: GrowFn | None = None,
+    limit: Array | int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -231,12 +236,13 @@ def beam_search(
       beam_size: W.
       max_len: L, the most tokens generated per hypothesis (`<eos>` included).
       alpha: α ≥ 0 of the length penalty.
-      grow: as in `greedy_search`.
+      grow, limit: as in `greedy_search` (a hypothesis is cut at `limit` tokens).
 
     Returns:
       BeamResult with tokens (B, W, L) and scores (B, W), best first.
     """
     b, w, length = batch_size, beam_size, max_len
+    limit = length if limit is None else jnp.minimum(jnp.asarray(limit, jnp.int32), length)
     alpha = jnp.asarray(alpha, jnp.float32)
     # Only beam 0 is live at the start, so the first step does not pick W copies of one token.
     live_logp = jnp.where(jnp.arange(w) == 0, 0.0, NEG_INF) * jnp.ones((b, 1))  # (B, W)
@@ -244,13 +250,13 @@ def beam_search(
     last = jnp.full((b, w), bos_id, jnp.int32)  # (B, W)
     fin_scores = jnp.full((b, w), NEG_INF, jnp.float32)  # (B, W)
     fin_seqs = jnp.full((b, w, length), pad_id, jnp.int32)  # (B, W, L)
-    best_bound_divisor = length_penalty(length, alpha)
+    best_bound_divisor = length_penalty(limit, alpha)
 
     def cond(carry):
         i, live_logp, _, _, fin_scores, _, _ = carry
         best_reachable = jnp.max(live_logp, axis=1) / best_bound_divisor  # (B,)
         worst_finished = jnp.min(fin_scores, axis=1)  # (B,), -inf until W have finished
-        return (i < length) & jnp.any(best_reachable > worst_finished)
+        return (i < limit) & jnp.any(best_reachable > worst_finished)
 
     def body(carry):
         i, live_logp, live_seqs, last, fin_scores, fin_seqs, state = carry
@@ -263,7 +269,7 @@ def beam_search(
         seqs = jnp.take_along_axis(live_seqs, top_beam[:, :, None], axis=1)  # (B, W, L)
         seqs = jax.lax.dynamic_update_slice(seqs, top_tok[:, :, None], (0, 0, i))
 
-        ends = (top_tok == eos_id) | (i == length - 1)  # (B, W)
+        ends = (top_tok == eos_id) | (i == limit - 1)  # (B, W)
         new_scores = jnp.where(ends, top_logp / length_penalty(i + 1, alpha), NEG_INF)
         all_scores = jnp.concatenate([fin_scores, new_scores], axis=1)  # (B, 2W)
         all_seqs = jnp.concatenate([fin_seqs, seqs], axis=1)  # (B, 2W, L)

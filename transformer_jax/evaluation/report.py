@@ -13,7 +13,6 @@ and sample translations beside their references.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 from collections.abc import Sequence
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.evaluation.bleu import (
@@ -32,7 +30,8 @@ from transformer_jax.evaluation.bleu import (
     format_length_table,
 )
 from transformer_jax.inference import Translator
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.runtime import compile_log
+from transformer_jax.training.metrics import sum_tree
 
 REPORT_JSON = "eval_report.json"
 REPORT_MD = "eval_report.md"
@@ -52,32 +51,29 @@ def decode_sentences(
 ) -> DecodeRun:
     """`translator.translate_detailed`, timed; `settings` override the translator's."""
     start = time.perf_counter()
-    out = translator.translate_detailed(sentences, warn=False, **settings)
+    with compile_log.kind("decode"):
+        out = translator.translate_detailed(sentences, warn=False, **settings)
     return DecodeRun(out.texts, out.generated_tokens, time.perf_counter() - start)
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
-def _loss_sums(config: ModelConfig, params: Any, batch: dict[str, jnp.ndarray]) -> dict:
-    """Sums of token NLL, correct arg-max and weight over a batch (no label smoothing)."""
-    from transformer_jax.training.losses import weighted_loss_sums
-
-    logits = Transformer(config).apply(
-        {"params": params}, batch["src"], batch["src_len"], batch["tgt_in"]
-    )  # (B, T, V)
-    return weighted_loss_sums(logits, batch["tgt_out"], batch["tgt_weight"], 0.0)
-
-
 def teacher_forced_loss(
-    translator: Translator, pairs: Sequence[tuple[str, str]], batch_size: int = 64
+    translator: Translator, pairs: Sequence[tuple[str, str]]
 ) -> dict[str, float]:
     """Per-token NLL, perplexity and accuracy of the reference translations (as in training).
 
-    Teacher forcing needs the training widths: with `data.long_pairs="skip"` the pairs beyond
-    the limits are left out (counted in "loss_pairs_skipped"), as in training.
+    Run by the training loop's own eval step (`training.builder.mapped_eval_step`) on batches
+    of the training config's shape (`data.batch_size` rows of the maximum lengths), so after a
+    training run in the same process it is the program the loop compiled. Teacher forcing
+    needs the training widths: with `data.long_pairs="skip"` the pairs beyond the limits are
+    left out (counted in "loss_pairs_skipped"), as in training.
     """
-    from transformer_jax.data.encoding import encode_pairs, make_batch
+    from transformer_jax.data.batching import eval_batches
+    from transformer_jax.data.encoding import encode_pairs
+    from transformer_jax.training.builder import mapped_eval_step
+    from transformer_jax.training.parallel import DataParallel
 
-    data = translator.config.data
+    config = translator.config
+    data = config.data
     encoded = encode_pairs(
         pairs,
         translator.src_tokenizer,
@@ -86,21 +82,21 @@ def teacher_forced_loss(
         data.max_tgt_len,
         data.get("long_pairs", "truncate"),
     )
-    totals = {"nll": 0.0, "correct": 0.0, "weight": 0.0}
-    for start in range(0, len(encoded), batch_size):
-        idx = np.arange(start, min(start + batch_size, len(encoded)))
-        real = len(idx)
-        idx = np.concatenate([idx, np.full(batch_size - real, idx[0])])  # one fixed shape
-        batch = make_batch(encoded, idx, data.max_src_len, data.max_tgt_len)
-        batch["tgt_weight"] = batch["tgt_weight"] * (np.arange(batch_size) < real)[:, None]
-        keep = {k: batch[k] for k in ("src", "src_len", "tgt_in", "tgt_out", "tgt_weight")}
-        sums = jax.device_get(_loss_sums(translator.model_config, translator.params, keep))
-        for key in totals:
-            totals[key] += float(sums[key])
-    weight = max(totals["weight"], 1e-9)
-    nll = totals["nll"] / weight
+    parallel = DataParallel.create(config.get("parallelism", "pmap"))
+    step = mapped_eval_step(translator.model_config, parallel)
+    params = parallel.put_replicated(translator.params)
+    devices = parallel.num_local_devices  # a training run's batch divides by its own devices
+    rows = -(-data.batch_size // devices) * devices  # the training shape where it can be
+    sums = []
+    for batch in eval_batches(encoded, global_batch=rows, row_multiple=devices):
+        batch.pop("index")
+        with compile_log.kind("eval"):
+            sums.append(step(params, parallel.put_batch(batch)))
+    totals = sum_tree(parallel.get_replicated(sums)) if sums else {}
+    weight = max(float(totals.get("weight", 0.0)), 1e-9)
+    nll = float(totals.get("nll", 0.0)) / weight
     return {"loss": nll, "perplexity": float(np.exp(min(nll, 50.0))),
-            "accuracy": totals["correct"] / weight,
+            "accuracy": float(totals.get("correct", 0.0)) / weight,
             "loss_pairs_skipped": encoded.num_skipped}  # fmt: skip
 
 
@@ -243,7 +239,7 @@ def evaluate_translator(
         ],
     }
     if with_loss:
-        report.update(teacher_forced_loss(translator, pairs, settings["batch_size"]))
+        report.update(teacher_forced_loss(translator, pairs))
     if with_speed:
         timed = decode_sentences(translator, sources[:SPEED_SENTENCES], **settings)  # compiled
         report["decode_tokens_per_sec"] = timed.generated_tokens / max(timed.seconds, 1e-9)

@@ -89,8 +89,19 @@ def build(
         parallel=parallel,
         train_step=parallel.map_train_step(functools.partial(step_lib.train_step, **kwargs)),
         train_steps=parallel.map_train_steps(functools.partial(step_lib.train_steps, **kwargs)),
-        eval_step=parallel.map_eval_step(
-            functools.partial(step_lib.eval_step, model=Transformer(eval_model_config))
-        ),
+        eval_step=mapped_eval_step(eval_model_config, parallel),
         seed=config.seed,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def mapped_eval_step(eval_model_config: ModelConfig, parallel: DataParallel) -> Callable:
+    """The data-parallel eval step of a (deterministic) model: eval_step(params, batch) -> sums.
+
+    One object per (model, mapping), so the train loop's validation loss and the closing
+    report's teacher-forced loss (`evaluation.report`) run one compiled program: on an
+    accelerator each program is tens of seconds of compiling.
+    """
+    return parallel.map_eval_step(
+        functools.partial(step_lib.eval_step, model=Transformer(eval_model_config))
     )

@@ -20,7 +20,7 @@ import numpy as np
 from transformer_jax import data as data_lib
 from transformer_jax.evaluation.bleu import corpus_bleu
 from transformer_jax.inference import Translator
-from transformer_jax.runtime import configure_process
+from transformer_jax.runtime import compile_log, configure_process
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training import finetune, history
 from transformer_jax.training.builder import build
@@ -162,7 +162,8 @@ def train_and_evaluate(
                     source_step,
                 )
             else:
-                state = built.init_state()
+                with compile_log.kind("init"):
+                    state = built.init_state()
     except BaseException:  # a refused start leaves no manager threads behind
         manager.close()
         raise
@@ -209,7 +210,8 @@ def train_and_evaluate(
             if config.eval.num_batches and i >= config.eval.num_batches:
                 break
             batch = {k: v for k, v in batch.items() if k != "index"}
-            sums.append(built.eval_step(device_state.params, parallel.put_batch(batch)))
+            with compile_log.kind("eval"):
+                sums.append(built.eval_step(device_state.params, parallel.put_batch(batch)))
         summary = summarize(sum_tree(parallel.get_replicated(sums)))
         bleu = (
             _bleu(
@@ -259,12 +261,13 @@ def train_and_evaluate(
         while step < total_steps:
             n = min(config.steps_per_call, next_boundary(step) - step)
             host_batches = [next(train_iter) for _ in range(n)]
-            if n == 1:
-                batch = parallel.put_batch(host_batches[0])
-                device_state, metrics = built.train_step(device_state, batch)
-            else:  # several optimizer steps in one call (lax.scan): config.steps_per_call
-                batches = parallel.put_batches(host_batches)
-                device_state, metrics = built.train_steps(device_state, batches)
+            with compile_log.kind("train step"):
+                if n == 1:
+                    batch = parallel.put_batch(host_batches[0])
+                    device_state, metrics = built.train_step(device_state, batch)
+                else:  # several optimizer steps in one call (lax.scan): config.steps_per_call
+                    batches = parallel.put_batches(host_batches)
+                    device_state, metrics = built.train_steps(device_state, batches)
             step += n
             pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
             stop = after_step is not None and after_step(
@@ -357,7 +360,8 @@ def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
         model_config, params, pipeline.src_tokenizer, pipeline.tgt_tokenizer, config=config
     )
     # warn=False: a sentence longer than the training limit is translated whole, silently.
-    hypotheses = translator.translate([src for src, _ in pairs], warn=False)
+    with compile_log.kind("decode"):
+        hypotheses = translator.translate([src for src, _ in pairs], warn=False)
     bleu = corpus_bleu(
         [translator.detokenize(h) for h in hypotheses],
         [translator.detokenize(t) for _, t in pairs],
