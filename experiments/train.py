@@ -25,6 +25,7 @@ from transformer_jax.training import distributed
 from transformer_jax.training.config import ConfigError
 
 FLAGS = flags.FLAGS
+COMPILE_LOG = "compile_log.jsonl"  # in the workdir: each launch's programs and seconds
 config_flags.DEFINE_config_file(
     "config", None, "Run config file, e.g. configs/fra_eng.py:d2l.", lock_config=True
 )
@@ -98,10 +99,24 @@ def main(argv: list[str]) -> None:
         launch.print_config(FLAGS.config)
         return
     logging.info("Config:\n%s", FLAGS.config)
+    from transformer_jax.runtime import compile_log
+
+    with compile_log.recording() as compiled:
+        _train_and_report(training)
+    # Every program of the run and the report; a second run of the config on this machine
+    # reads them from the persistent cache (--compilation_cache_dir).
+    if jax.process_index() == 0:
+        compiled.append_to(os.path.join(FLAGS.workdir, COMPILE_LOG))
+    print(compiled.summary_line(), flush=True)
+
+
+def _train_and_report(training) -> None:
+    """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.history import NoUsableCheckpointError
     from transformer_jax.training.resume import ConfigMismatchError
     from transformer_jax.training.state_checks import StateShapeError
+    from transformer_jax.training.workdir import WorkdirError
 
     try:  # checks the devices first; a refused start changes nothing in the workdir
         training.train_and_evaluate(

@@ -27,8 +27,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from jax import monitoring
 
@@ -55,7 +58,7 @@ class Program:
     cached: bool
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity: open recordings are told apart in `_active`
 class CompileLog:
     """Programs compiled while `recording()` was open, in order."""
 
@@ -94,6 +97,18 @@ class CompileLog:
     def table(self) -> list[dict]:
         """One dict per program (for JSON reports)."""
         return [dataclasses.asdict(p) for p in self.programs]
+
+    def append_to(self, path: str | Path) -> None:
+        """Appends one JSON line {"time", "seconds", "cached", "programs": [...]} to `path`
+        (a run's `compile_log.jsonl`: one line per launch, resumes included)."""
+        record = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "seconds": round(self.seconds, 3),
+            "cached": self.num_cached,
+            "programs": [{**p, "seconds": round(p["seconds"], 3)} for p in self.table()],
+        }
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
 
     # ---------------------------------------------------------------- listener side
     def _on_duration(self, event: str, seconds: float, fun_name: str = "?") -> None:
