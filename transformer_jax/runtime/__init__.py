@@ -10,10 +10,10 @@ One module per knob, each a run-config key (defaults in `training/config.py`):
 - `xla_flags` (default ""): XLA flags appended to `XLA_FLAGS`. XLA reads them once, when
   JAX creates its first backend; later calls only warn. Flag names are per backend; the
   `d2l` config sets an XLA:CPU one.
-- `host_memory` (default "reuse"): glibc keeps freed host memory mapped (`mallopt`), so
-  XLA:CPU's per-step temporaries cost no page faults; "system" keeps glibc's defaults.
-  Fixed once JAX's threads exist. On GPU/TPU only host-side allocations change; where the
-  C library is not glibc nothing is set.
+- `host_memory` (default "auto" = "reuse" on CPU, "system" on GPU/TPU): with "reuse" glibc
+  keeps freed host memory mapped (`mallopt`), so XLA:CPU's per-step temporaries cost no
+  page faults; "system" keeps glibc's defaults. Fixed once JAX's threads exist; where the C
+  library is not glibc nothing is set.
 - `threefry_lowering` (default "auto" = "unrolled"): JAX's CPU lowering of the Threefry
   hash without a loop, so dropout masks fuse with it. Only the CPU lowering is registered:
   GPU and TPU already lower it unrolled. Takes effect for functions traced afterwards.
@@ -21,15 +21,16 @@ One module per knob, each a run-config key (defaults in `training/config.py`):
 A decoding process may also split its batches over several CPU devices: `cpu_devices`, a
 flag of the translate and evaluate launchers (not a run-config key: training keeps one).
 
-Defaults are chosen for XLA:CPU, where each was measured (benchmarks/README.md, "Numbers
-behind the runtime knobs"); on other backends they are harmless as described above.
+Each knob's "auto" (the defaults) resolves per platform (`backend`: the table of what each
+means on CPU, GPU and TPU), to the value measured to help there (benchmarks/README.md,
+"Numbers behind the runtime knobs"); so does the train step's `gradients` rule.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-from transformer_jax.runtime import cpu_devices, host_memory, threefry, xla_flags
+from transformer_jax.runtime import backend, cpu_devices, host_memory, threefry, xla_flags
 
 
 def configure_process(config: ml_collections.ConfigDict) -> None:
@@ -41,7 +42,7 @@ def configure_process(config: ml_collections.ConfigDict) -> None:
     before anything is changed.
     """
     flags = config.get("xla_flags", "")
-    memory = config.get("host_memory", "reuse")
+    memory = config.get("host_memory", "auto")
     lowering = config.get("threefry_lowering", "auto")
     check(flags, memory, lowering)
     xla_flags.apply(flags)
@@ -56,4 +57,12 @@ def check(flags: str, memory: str, lowering: str) -> None:
     threefry.check(lowering)
 
 
-__all__ = ["check", "configure_process", "cpu_devices", "host_memory", "threefry", "xla_flags"]
+__all__ = [
+    "backend",
+    "check",
+    "configure_process",
+    "cpu_devices",
+    "host_memory",
+    "threefry",
+    "xla_flags",
+]

@@ -20,6 +20,9 @@ step is thousands of tiny allocations and no large ones; so the `d2l` config say
 not stay resident). Page faults, kernel time and step times either way:
 benchmarks/README.md ("Numbers behind the runtime knobs") and benchmarks/LOG.md ("host memory").
 
+"auto" (the run config's default) is "reuse" on CPU and "system" where an accelerator
+computes (`runtime.backend`): it was measured to help XLA:CPU only.
+
 Threads keep the arena they were given, so this works only before JAX starts its backend
 (like `xla_flags`): `runtime.configure_process` applies it first thing; later it only
 logs. Where the C library is not glibc (macOS, musl) there is nothing to set. On GPU/TPU
@@ -31,9 +34,9 @@ from __future__ import annotations
 import ctypes
 import logging
 
-from transformer_jax.runtime import xla_flags
+from transformer_jax.runtime import backend, xla_flags
 
-MODES = ("reuse", "system")
+MODES = ("auto", "reuse", "system")
 
 # glibc's <malloc.h> parameter numbers for mallopt.
 _M_TRIM_THRESHOLD = -1
@@ -49,7 +52,8 @@ def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(
             f"host_memory={mode!r} is not one of {MODES}: 'reuse' keeps freed host memory "
-            "for the next step (faster on CPU), 'system' returns it to the OS."
+            "for the next step (faster on CPU), 'system' returns it to the OS, 'auto' picks "
+            "'reuse' on CPU and 'system' on GPU/TPU."
         )
 
 
@@ -66,11 +70,13 @@ def _glibc() -> ctypes.CDLL | None:
 def apply(mode: str) -> bool:
     """Sets the allocator for `mode` in this process; returns whether `mode` is in effect.
 
+    "auto" is first resolved for the platform JAX will compute on (`backend.HOST_MEMORY`).
     Idempotent. "system" is always in effect unless "reuse" was applied before. "reuse"
     is in effect only if applied before JAX's backend started, on glibc.
     """
     global _applied
     check_mode(mode)
+    mode = backend.resolve(backend.HOST_MEMORY, mode)
     if _applied is not None or mode == "system":
         return _applied in (None, mode)
     libc = _glibc()

@@ -51,9 +51,10 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.grad_accum_steps = 1  # micro-batches per update; must divide the per-device batch
     # Derivative rule of the train step's matmuls and loss (ops/matmul.py): "tuned" (custom
     # VJPs: gradient matmuls in XLA:CPU's fast layouts, one-pass loss backward) or
-    # "autodiff" (JAX's own). The step is reverse mode only, where both work; the model
+    # "autodiff" (JAX's own); "auto" = "tuned" on CPU, "autodiff" on GPU/TPU
+    # (runtime/backend.py). The step is reverse mode only, where both work; the model
     # outside the step defaults to "autodiff" (ModelConfig.gradients).
-    c.gradients = "tuned"
+    c.gradients = "auto"
     # Optimizer steps per device call (a lax.scan over a stack of batches): small models are
     # bound by the per-call dispatch, not by FLOPs. Logging/eval/checkpoint steps still land
     # exactly where configured (a call is cut short at those boundaries).
@@ -70,8 +71,8 @@ def training_defaults() -> ml_collections.ConfigDict:
     # Space-separated XLA flags; the d2l config uses one that speeds up its tiny step.
     c.xla_flags = ""
     # "reuse" keeps freed host blocks mapped, so XLA:CPU's per-step temporaries cost no
-    # page faults; "system" hands them back to the OS.
-    c.host_memory = "reuse"
+    # page faults; "system" hands them back to the OS; "auto" = "reuse" on CPU only.
+    c.host_memory = "auto"
     # JAX's CPU lowering of Threefry: "auto" = "unrolled" (dropout masks fuse with the
     # hash; the same bits), or "rolled" (JAX's own loop; faster compiles).
     c.threefry_lowering = "auto"
@@ -176,7 +177,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     _check_choice("parallelism", config.parallelism, PARALLELISMS)
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("schedule", config.schedule, SCHEDULES)
-    _check_choice("gradients", config.gradients, GRADIENTS)
+    _check_choice("gradients", config.gradients, ("auto", *GRADIENTS))
     for key in _POSITIVE_INTS:
         _check_int(key, config[key], minimum=1)
     for key in _NON_NEGATIVE_INTS:

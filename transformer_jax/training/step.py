@@ -22,6 +22,7 @@ import optax
 from jax import lax
 
 from transformer_jax.nn import ModelConfig, Packing, Transformer
+from transformer_jax.runtime import backend
 from transformer_jax.training.losses import weighted_loss_sums
 from transformer_jax.training.state import TrainState
 
@@ -37,11 +38,14 @@ def step_kwargs(
 ) -> dict[str, Any]:
     """Keyword arguments binding `train_step` / `train_steps` to a run config.
 
-    The model takes the run config's `gradients` rule (the step runs reverse mode only,
-    where "tuned" works); `train_step` gives the loss the model's rule.
+    The model takes the run config's `gradients` rule, "auto" resolved for the backend in use
+    (`runtime.backend.GRADIENTS`; the step runs reverse mode only, where "tuned" works);
+    `train_step` gives the loss the model's rule.
     """
+    platform = backend.platform_name(jax.default_backend())
+    gradients = backend.resolve(backend.GRADIENTS, config.gradients, platform)
     return dict(
-        model=Transformer(model_config.replace(gradients=config.gradients)),
+        model=Transformer(model_config.replace(gradients=gradients)),
         tx=tx,
         schedule=schedule,
         label_smoothing=config.label_smoothing,

@@ -1,0 +1,79 @@
+"""Per-backend defaults: what a run config's "auto" means on CPU, GPU and TPU.
+
+The project's speed knobs were measured on XLA:CPU (benchmarks/README.md, "Numbers behind
+the runtime knobs"); an accelerator compiles the same step with other layouts and fusions,
+so each knob's "auto" resolves here, by platform, to the value measured to help there:
+
+    knob                  cpu          gpu / tpu     why
+    gradients             "tuned"      "autodiff"    custom VJPs put gradient matmuls in
+                                                     XLA:CPU's fast layouts; GPU/TPU
+                                                     compilers pick layouts themselves
+                                                     (benchmarks.accelerator_check times
+                                                     both on a GPU)
+    host_memory           "reuse"      "system"      glibc reuse pays for XLA:CPU's host
+                                                     temporaries; accelerators allocate
+                                                     on the device
+    threefry_lowering     "unrolled"   (JAX's own)   only XLA:CPU has a rolled lowering
+
+`host_memory` must be fixed before JAX starts its backend, so `expected_platform` answers
+without starting one: the backend in use if one is running, else `JAX_PLATFORMS` /
+`jax_platforms`, else the accelerator plugins installed (a CUDA or ROCm plugin, libtpu),
+else "cpu". An installed plugin on a machine without its device makes it guess "gpu"/"tpu"
+and pick "system", which costs XLA:CPU some page faults, never correctness.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import jax
+
+PLATFORMS = ("cpu", "gpu", "tpu")
+_ALIASES = {"cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}
+# Distributions whose presence means JAX will start an accelerator backend.
+_PLUGINS = {
+    "gpu": ("jax-cuda12-plugin", "jax-cuda13-plugin", "jax-rocm60-plugin", "jax-rocm7-plugin"),
+    "tpu": ("libtpu", "libtpu-nightly"),
+}
+
+GRADIENTS = {"cpu": "tuned", "gpu": "autodiff", "tpu": "autodiff"}
+HOST_MEMORY = {"cpu": "reuse", "gpu": "system", "tpu": "system"}
+
+
+def platform_name(name: str) -> str:
+    """A JAX backend or platform name ("cuda", "rocm", "gpu", "tpu", "cpu") -> PLATFORMS."""
+    return _ALIASES.get(name.lower(), "cpu")
+
+
+def expected_platform() -> str:
+    """The platform this process computes on ("cpu", "gpu", "tpu"), starting no backend."""
+    from transformer_jax.runtime.xla_flags import backends_initialized
+
+    if backends_initialized():
+        return platform_name(jax.default_backend())
+    requested = requested_platforms().split(",")[0].strip()
+    if requested:
+        return platform_name(requested)
+    for platform in ("tpu", "gpu"):
+        for dist in _PLUGINS[platform]:
+            try:
+                importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            return platform
+    return "cpu"
+
+
+def requested_platforms() -> str:
+    """`JAX_PLATFORMS` / `jax.config.jax_platforms`, e.g. "cuda,cpu" ("" when unset)."""
+    return jax.config.jax_platforms or ""
+
+
+def resolve(knob: dict[str, str], value: str, platform: str | None = None) -> str:
+    """`value`, or for "auto" the knob's choice on `platform` (default: `expected_platform()`).
+
+    `knob` is one of the tables above, e.g. `resolve(GRADIENTS, config.gradients)`.
+    """
+    if value != "auto":
+        return value
+    return knob[platform or expected_platform()]
