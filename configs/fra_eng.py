@@ -90,11 +90,17 @@ HOUR = {
     # so the hour reads ~13 % more text in half the steps (benchmarks/LOG.md, 2026-11-26).
     "num_train_steps": 8_000,
     "checkpoint_every_steps": 2_000,
-    # A fresh SentencePiece segmentation of each training sentence whenever it is read. In
-    # length buckets, as measured: packed rows must leave each pair 1/8 room for its longer
-    # draws (data/packing.py), which leaves them ~88 % full against ~83 % for the buckets, for
-    # a step ~7 % dearer, so packing would buy the hour little (not run; benchmarks/LOG.md).
-    "data": {"sp_sampling_alpha": 0.5, "batch_tokens": 4096},
+    # A fresh SentencePiece segmentation of each training sentence whenever it is read, in
+    # packed rows of 64 tokens (64 rows): one train-step program instead of one per bucket
+    # width (six programs, minutes of compiling on a GPU). Packed rows leave each pair 1/8
+    # room for its longer draws (data/packing.py): ~88 % real tokens against ~83 % in the
+    # buckets, for a step ~7 % dearer (benchmarks/LOG.md, 2026-11-26 (afternoon)).
+    "data": {
+        "sp_sampling_alpha": 0.5,
+        "batch_tokens": 4096,
+        "packing": True,
+        "bucketing": False,
+    },
     # Beam 4's length penalty chosen on the validation split (8,350 pairs), then scored once on
     # the test split. BLEU at α 0.6 / 0.8 / 1.0 / 1.2 / 1.5: with sampling (this recipe)
     # 44.25 / 44.44 / 44.46 / 44.42 / 44.37 -> α 1.0, test 45.04 ± 0.77 (α 1.2, the previous

@@ -44,11 +44,12 @@ def test_runs_keep_whole_pairs_and_only_the_book_truncates():
     assert fra_eng.get_config("d2l").data.long_pairs == "truncate"
     default = fra_eng.get_config()
     assert default.data.max_src_len == default.data.max_tgt_len == 64
-    # Packed rows of the longest kept pair's width; the hour keeps its (measured) buckets.
+    # Packed rows of the longest kept pair's width: one train-step shape for both runs.
     assert default.data.packing and not default.data.bucketing
     hour = fra_eng.get_config("hour")
-    assert hour.data.bucketing and not hour.data.packing
-    assert hour.data.bucket_boundaries[-1] == 64  # the last bucket holds the longest pairs
+    assert hour.data.packing and not hour.data.bucketing
+    assert hour.data.max_src_len == hour.data.max_tgt_len == 64
+    assert hour.data.batch_tokens == 4096  # 64 packed rows
     assert default.eval.num_test_examples == 1000
 
 
