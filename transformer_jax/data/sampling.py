@@ -4,9 +4,9 @@ A model trained for many epochs on one segmentation per sentence learns that seg
 heart; drawing a segmentation each time (Kudo 2018, "Subword Regularization"; for BPE,
 Provilkov et al. 2020, "BPE-Dropout") shows it the same sentence as different piece sequences.
 Unlike dropout it adds no work to the compiled step: the draws are made on the host while the
-previous step runs (~5 ms of one core a batch of ~2,000 tokens, beside a ~220 ms step of the
-`hour` model on 2 CPU cores). Translation, evaluation and the teacher-forced validation loss
-keep the one best segmentation.
+previous step runs (benchmarks/sampling_draws.py: ~10-20 ms of one core a batch of ~4,096
+tokens, beside a ~450 ms step of the `hour` model on 2 CPU cores). Translation, evaluation and
+the teacher-forced validation loss keep the one best segmentation.
 
 The epoch plan (which pairs form a batch, and its padded widths) stays the one of the best
 segmentation, so batch shapes, epochs, resumption and multi-host slicing are unchanged; a
@@ -15,7 +15,9 @@ counts how many sides were sampled). Packed rows (data/packing.py) are planned w
 for longer draws; where a row's draws still overflow it, its most grown sides keep theirs.
 Every process samples the whole global batch from a seed of (seed, epoch, batch) and takes
 its own rows, so 2 processes x 1 device see what 1 process x 2 devices sees, and a resumed
-run reads exactly the batches it would have read.
+run reads exactly the batches it would have read. The draws come from numpy's generator
+seeded with (seed, epoch, batch, side), never from SentencePiece's own, which repeats its
+draws within one process only (SentencePieceTokenizer.encode_sampled).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class SubwordSampling:
       src_tokenizer, tgt_tokenizer: tokenizers with `encode_sampled` (SentencePiece).
       alpha: unigram smoothing (P ∝ P(x)^alpha) or BPE-dropout probability; > 0.
       nbest: unigram candidates to sample from (-1 = all, or >= 2).
-      seed: with (epoch, batch), seeds each batch's draws.
+      seed: with (epoch, batch) and the side, seeds each batch's draws.
     """
 
     def __init__(
@@ -124,7 +126,7 @@ class SubwordSampling:
 
         A side whose draw (with `<eos>`) is longer than its width keeps `encoded`'s ids, which
         fit by the plan's construction. `key` (e.g. (epoch, batch)) picks the draws: the same
-        key gives the same rows.
+        key gives the same rows, in any process and on any host.
         """
         pair_index = (encoded.index[rows] if encoded.index is not None else rows).tolist()
         sides = []
