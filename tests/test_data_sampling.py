@@ -125,6 +125,19 @@ def test_unigram_draws_with_a_large_alpha_are_the_best_segmentation_unknowns_mer
     assert drawn[-3:] == best[-3:] and best[-2] == [tok.token_to_id("▁"), UNK_ID]
 
 
+def test_a_trie_too_large_for_its_table_searches_its_deeper_nodes(rich, monkeypatch):
+    """A vocabulary of many characters keeps only its shallow trie nodes in the table (the
+    rest by search): the same draws."""
+    from transformer_jax.data import sentencepiece_tokenizer as module
+
+    texts = _sentences(300, seed=10) + ["ka xx to ."]
+    want = rich.encode_sampled(texts, alpha=0.2, nbest=-1, seed=3)
+    small = SentencePieceTokenizer(rich._model_proto)
+    monkeypatch.setattr(module, "_DENSE_ENTRIES", 40 * (len(rich._pieces.alphabet) + 1))
+    assert small.encode_sampled(texts, alpha=0.2, nbest=-1, seed=3) == want
+    assert small._pieces.dense_nodes == 40 and len(small._pieces.edge_keys) > 100
+
+
 @pytest.fixture(scope="module")
 def bpe():
     return SentencePieceTokenizer.train(_sentences(), vocab_size=60, model_type="bpe")

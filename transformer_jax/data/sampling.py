@@ -4,9 +4,10 @@ A model trained for many epochs on one segmentation per sentence learns that seg
 heart; drawing a segmentation each time (Kudo 2018, "Subword Regularization"; for BPE,
 Provilkov et al. 2020, "BPE-Dropout") shows it the same sentence as different piece sequences.
 Unlike dropout it adds no work to the compiled step: the draws are made on the host while the
-previous step runs (benchmarks/sampling_draws.py: ~10-20 ms of one core a batch of ~4,096
-tokens, beside a ~450 ms step of the `hour` model on 2 CPU cores). Translation, evaluation and
-the teacher-forced validation loss keep the one best segmentation.
+previous step runs (~13 ms of CPU for both sides of a batch of ~4,096 tokens, about as much as
+SentencePiece's own sampler, beside a ~0.42 s step of the `hour` model on 2 CPU cores;
+benchmarks/sampling_draws.py). Translation, evaluation and the teacher-forced validation loss
+keep the one best segmentation.
 
 The epoch plan (which pairs form a batch, and its padded widths) stays the one of the best
 segmentation, so batch shapes, epochs, resumption and multi-host slicing are unchanged; a

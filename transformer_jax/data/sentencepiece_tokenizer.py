@@ -105,8 +105,8 @@ class SentencePieceTokenizer:
         each merge skipped with probability `alpha`; `nbest` is unused. SentencePiece's own
         rules (its lattice and scores, its n-best lists, its merge order), drawn with numpy's
         generator seeded by `seed`: the same (texts, alpha, nbest, seed) give the same ids in
-        every process and on every host. SentencePiece's own sampling does not since 0.2.1
-        (its generator is salted per process), see `_PieceTable`.
+        every process and on every host. SentencePiece's own sampling does not since 0.2.2
+        (its generator is salted per process; "seeded draws" below).
         """
         texts = list(texts)
         if 0 <= nbest <= 1:  # SentencePiece's rule: one candidate is the best segmentation
@@ -145,24 +145,28 @@ class SentencePieceTokenizer:
 
 
 # ------------------------------------------------------------------------ seeded draws
-# SentencePiece samples with `absl::BitGen` since 0.2.1, whose seed sequence Abseil salts with
+# SentencePiece samples with `absl::BitGen` since 0.2.2, whose seed sequence Abseil salts with
 # per-process entropy: one `set_random_generator_seed` repeats its draws within a process
-# only (with 0.2.3, 45-56 % of 1,000 sentences drawn alike by two processes; 0.2.0's
-# mt19937 drew them all alike). The functions below follow SentencePiece's rules
+# only (with 0.2.3, 35-56 % of fra-eng sentences drawn alike by two processes; 0.2.0 drew
+# with an unsalted mt19937, all alike). The functions below follow SentencePiece's rules
 # (unigram_model.cc, bpe_model.cc, sentencepiece_processor.cc) and draw from numpy's PCG64
-# instead, whose stream depends on its seed alone. Their cost and draws against
-# SentencePiece's own: benchmarks/sampling_draws.py.
+# instead, whose stream depends on its seed alone (and on numpy's version, pinned: NEP 19
+# lets a release change a stream). Their cost and draws against SentencePiece's own:
+# benchmarks/sampling_draws.py.
 
 _UNK_PENALTY = 10.0  # SentencePiece's kUnkPenalty: an unknown character scores min - 10
+_DENSE_ENTRIES = 1 << 22  # the trie's table of children: at most 16 MB (the hour's: 3 MB)
 
 
 @dataclasses.dataclass(frozen=True)
 class _PieceTable:
     """A model's NORMAL pieces as the draws read them: scores, ids and a character trie.
 
-    Trie node 0 is the root; the edge from `node` by character index c (1..A, the position
-    of the character's code point in `alphabet`, plus one; 0 for a character in no piece) is
-    the sorted key `node * (A + 1) + c`, leading to `edge_child`.
+    Trie nodes are numbered shallow first (node 0 is the root). A character is its index c
+    in `alphabet` plus one (0: in no piece). The child of node n < `dense_nodes` by c is
+    `dense[n * (A + 1) + c]` (-1: none); deeper nodes' edges are the sorted keys
+    `n * (A + 1) + c` of `edge_keys`. Shallow nodes are the ones most looked up (every
+    position of a text starts at the root), and a table lookup costs a fifth of a search.
     """
 
     unigram: bool  # else BPE
@@ -172,7 +176,9 @@ class _PieceTable:
     ids: dict[str, int]  # NORMAL piece -> id
     chars: np.ndarray  # (V,) int64: each piece's length in characters
     alphabet: np.ndarray  # (A,) int64 sorted code points of the pieces' characters
-    edge_keys: np.ndarray  # (E,) int64 sorted
+    dense: np.ndarray  # (dense_nodes * (A + 1),) int32
+    dense_nodes: int
+    edge_keys: np.ndarray  # (E,) int64 sorted: the edges of nodes >= dense_nodes
     edge_child: np.ndarray  # (E,) int64
     node_piece: np.ndarray  # (N,) int64: the id of the piece a node spells, or -1
     depth: int  # the longest piece, in characters
@@ -195,17 +201,19 @@ class _PieceTable:
         ids = {p.piece: i for i, p in enumerate(model.pieces) if p.type == kind.NORMAL}
         alphabet = np.array(sorted({ord(ch) for piece in ids for ch in piece}), np.int64)
         index = {chr(code): i + 1 for i, code in enumerate(alphabet.tolist())}
-        edges: dict[int, int] = {}
-        node_piece = [-1]
-        for piece, piece_id in ids.items():
-            node = 0
-            for ch in piece:
-                key = node * (len(alphabet) + 1) + index[ch]
-                if key not in edges:
-                    edges[key] = len(node_piece)
-                    node_piece.append(-1)
-                node = edges[key]
-            node_piece[node] = piece_id
+        width = len(alphabet) + 1
+        # The trie by prefix: node k spells prefixes[k]; then renumbered shallow first.
+        prefixes = sorted({p[:k] for p in ids for k in range(len(p) + 1)}, key=len)
+        number = {prefix: k for k, prefix in enumerate(prefixes)}
+        dense_nodes = min(len(prefixes), _DENSE_ENTRIES // width)
+        dense = np.full(dense_nodes * width, -1, np.int32)
+        edges = {}
+        for child, prefix in enumerate(prefixes[1:], start=1):
+            key = number[prefix[:-1]] * width + index[prefix[-1]]
+            if key < len(dense):
+                dense[key] = child
+            else:
+                edges[key] = child
         keys = sorted(edges)
         scores = np.array([p.score for p in model.pieces], np.float64)
         return cls(
@@ -216,11 +224,26 @@ class _PieceTable:
             ids=ids,
             chars=np.array([len(p.piece) for p in model.pieces], np.int64),
             alphabet=alphabet,
+            dense=dense,
+            dense_nodes=dense_nodes,
             edge_keys=np.array(keys, np.int64),
             edge_child=np.array([edges[k] for k in keys], np.int64),
-            node_piece=np.array(node_piece, np.int64),
+            node_piece=np.array([ids.get(prefix, -1) for prefix in prefixes], np.int64),
             depth=max(map(len, ids)),
         )
+
+    def children(self, node: np.ndarray, char: np.ndarray) -> np.ndarray:
+        """The trie child of each `node` by character index `char` (same shape); -1: none."""
+        key = node * (len(self.alphabet) + 1) + char
+        shallow = node < self.dense_nodes
+        child = np.full(key.shape, -1, np.int64)
+        child[shallow] = self.dense[key[shallow]]
+        deep = np.flatnonzero(~shallow)
+        if len(deep) and len(self.edge_keys):
+            at = np.minimum(np.searchsorted(self.edge_keys, key[deep]), len(self.edge_keys) - 1)
+            found = self.edge_keys[at] == key[deep]
+            child[deep[found]] = self.edge_child[at[found]]
+        return child
 
 
 def _merge_unknowns(ids: list[int], unk_id: int) -> list[int]:
@@ -254,10 +277,9 @@ def _lattice(
     found_begin, found_end, found_piece = [], [], []
     single = np.zeros(len(chars), bool)  # where a one-character piece starts
     for d in range(table.depth):
-        key = node * (len(table.alphabet) + 1) + chars[pos + d]
-        at = np.minimum(np.searchsorted(table.edge_keys, key), len(table.edge_keys) - 1)
-        match = table.edge_keys[at] == key
-        pos, node = pos[match], table.edge_child[at[match]]
+        child = table.children(node, chars[pos + d])
+        match = child >= 0
+        pos, node = pos[match], child[match]
         piece = table.node_piece[node]
         ends = piece >= 0
         found_begin.append(pos[ends])
