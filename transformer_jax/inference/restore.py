@@ -24,11 +24,12 @@ from transformer_jax.training import averaging
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.state import abstract_train_state
 from transformer_jax.training.state_checks import (
-    DIGEST_KEY,
     CorruptCheckpointError,
     check_shapes,
-    leaf_digests,
+    check_step,
     nonfinite_leaves,
+    require_digests,
+    verify_digests,
 )
 
 # The digests of a checkpoint's meta are keyed by paths in the TrainState: ".params[...]".
@@ -68,23 +69,14 @@ def read_params(manager: ocp.CheckpointManager, step: int, abstract: Any) -> tup
 def check_params(params: Any, abstract: Any, meta: dict, *, step: int, state_step: int) -> None:
     """`state_checks.check_restored`, for the params subtree of a checkpoint's state."""
     check_shapes(params, abstract, what=f"checkpoint {step}")
-    saved = meta.get(DIGEST_KEY)
-    if saved is not None:  # checkpoints written before digests existed skip this
-        digests = {_PARAMS_PATH + k: v for k, v in leaf_digests(params).items()}
-        changed = [k for k, v in digests.items() if saved.get(k) != v]
-        if changed:
-            raise CorruptCheckpointError(
-                f"{len(changed)} arrays differ from what was saved ({', '.join(changed[:3])})"
-            )
+    verify_digests(params, meta, prefix=_PARAMS_PATH)
     bad = nonfinite_leaves(params)
     if bad:
         raise CorruptCheckpointError(
             f"non-finite values in {len(bad)} arrays ({', '.join(bad[:3])})"
         )
-    if state_step != step or int(meta.get("step", step)) != step:
-        raise CorruptCheckpointError(
-            f"inconsistent step: directory {step}, state {state_step}, meta {meta.get('step')}"
-        )
+    check_step(state_step, meta, step=step)
+    require_digests(meta)
 
 
 def restore_params(

@@ -115,6 +115,7 @@ class Translator:
         from transformer_jax.inference.restore import abstract_params, restore_params
         from transformer_jax.training import checkpoints as ckpt
         from transformer_jax.training.averaging import AVERAGED_STEPS
+        from transformer_jax.training.state_checks import StateShapeError
 
         config, src_tokenizer, tgt_tokenizer, model_config = ckpt.load_run(workdir)
         manager = ckpt.make_manager(workdir, keep=1, read_only=True)
@@ -122,6 +123,12 @@ class Translator:
             params, meta, steps = restore_params(
                 manager, abstract_params(model_config), step=step, average_last=average_last
             )
+        except StateShapeError as error:  # the checkpoints are fine: the run's files changed
+            raise StateShapeError(
+                f"{Path(workdir) / ckpt.CONFIG_FILE} (its model section) or {ckpt.TOKENIZER_DIR}/ "
+                f"no longer match the run's checkpoints, which are intact: {error} Put back "
+                "the run's own config.json and tokenizer/ (e.g. from a copy of the workdir)."
+            ) from None
         finally:
             manager.close()
         ckpt.check_vocabulary_meta(meta, src_tokenizer, tgt_tokenizer)

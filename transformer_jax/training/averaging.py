@@ -24,7 +24,7 @@ from absl import logging
 
 from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.read_noise import quiet_failed_reads
-from transformer_jax.training.state_checks import check_restored
+from transformer_jax.training.state_checks import StateShapeError, check_restored
 
 R = TypeVar("R")
 
@@ -114,36 +114,57 @@ def last_readable(
 
     `read` restores (and checks) one step; a checkpoint it raises on is logged in one line
     and skipped (read-only: nothing is moved), and orbax's echo of the failed read is
-    silenced (`read_noise`). Raises `TooFewCheckpointsError` if fewer than `last_n` remain.
+    silenced (`read_noise`). A `StateShapeError` is raised: the run's config no longer
+    builds its checkpoints' shapes, which is no corruption of any one of them.
+
+    A trainer may be rotating the checkpoints while they are read (it deletes the oldest
+    after each save): a read that fails because its checkpoint vanished, or while a newer
+    one appeared, is no corruption either; the steps are listed again and read from the
+    newest (`_rotated`). Raises `TooFewCheckpointsError` if fewer than `last_n` remain.
     """
     if last_n < 1:
         raise ValueError(f"average_last/last_n={last_n}; use 1 (no averaging) or more.")
-    available = sorted(manager.all_steps())
     directory = Path(manager.directory)
-    if end_step is not None and end_step not in available:
-        raise ckpt.NoCheckpointError(
-            f"no checkpoint for step {end_step} in {directory}; available steps: {available}."
-        )
-    candidates = [s for s in available if end_step is None or s <= end_step]
-    found: list[tuple[int, R]] = []
     failed = False
     with quiet_failed_reads() as quiet:
         try:
-            for step in reversed(candidates):  # newest first: a damaged old one costs nothing
-                try:
-                    found.append((step, read(step)))
-                except Exception as error:  # orbax raises many types for a damaged directory
-                    failed = True
-                    logging.error(
-                        "Checkpoint %s is corrupt or unusable (%s: %s); left in place; trying the "
-                        "previous one.",
-                        directory / str(step),
-                        type(error).__name__,
-                        " ".join(str(error).split())[:300],
+            for _ in range(_ROTATION_RETRIES):
+                available = ckpt.list_steps(manager)
+                if end_step is not None and end_step not in available:
+                    raise ckpt.NoCheckpointError(
+                        f"no checkpoint for step {end_step} in {directory}; available steps: "
+                        f"{available}."
                     )
-                    continue
-                if len(found) == last_n:
-                    return found
+                candidates = [s for s in available if end_step is None or s <= end_step]
+                found: list[tuple[int, R]] = []
+                rotated = False
+                for step in reversed(candidates):  # newest first: a damaged old one costs nothing
+                    try:
+                        found.append((step, read(step)))
+                    except StateShapeError:
+                        raise
+                    except Exception as error:  # orbax raises many types for a damaged directory
+                        if _rotated(manager, step, newest=available[-1]):
+                            logging.info(
+                                "Checkpoint %s changed while it was read (the run is saving "
+                                "newer ones); reading the newest again.",
+                                directory / str(step),
+                            )
+                            rotated = True
+                            break
+                        failed = True
+                        logging.error(
+                            "Checkpoint %s is corrupt or unusable (%s: %s); left in place; trying "
+                            "the previous one.",
+                            directory / str(step),
+                            type(error).__name__,
+                            ckpt.one_line(error),
+                        )
+                        continue
+                    if len(found) == last_n:
+                        return found
+                if not rotated:
+                    break
         finally:
             if failed:  # late echoes of the reads orbax abandoned
                 quiet.drain(quiet_for=0.5, limit=5.0)
@@ -155,6 +176,20 @@ def last_readable(
         f"`keep_checkpoints` (default 3) checkpoints: average at most {len(found)} here, "
         f"or train the next run with --config.keep_checkpoints={last_n} or more."
     )
+
+
+# A reader slower than the trainer's saves could be outrun forever: after this many rounds
+# (a new save during each of 10 reads in a row) it gives up with TooFewCheckpointsError.
+_ROTATION_RETRIES = 10
+
+
+def _rotated(manager: ocp.CheckpointManager, step: int, *, newest: int) -> bool:
+    """Whether a failed read of `step` is explained by the trainer's rotation: the step is
+    gone from disk, or a step newer than `newest` (the newest when the read began) exists."""
+    if not (Path(manager.directory) / str(step)).exists():
+        return True
+    steps = ckpt.list_steps(manager)
+    return step not in steps or (bool(steps) and steps[-1] > newest)
 
 
 def restore_averaged(

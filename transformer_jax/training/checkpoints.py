@@ -14,6 +14,7 @@ Workdir layout (everything a run needs to resume or translate):
                                    digests of the state's leaves, JSON)
     <workdir>/metrics.jsonl        one JSON object per logged/evaluated step
     <workdir>/tensorboard/         TensorBoard event files (tensorboardX)
+    <workdir>/.lock                while a trainer runs: its PID and host (`workdir_lock`)
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class NoCheckpointError(FileNotFoundError):
     """The workdir has no (readable) checkpoint."""
 
 
+class RunFileError(ValueError):
+    """A file a run needs (its tokenizers) is damaged; the message names it and the fix."""
+
+
+class UnmovableCheckpointError(RuntimeError):
+    """An unusable checkpoint that cannot be moved aside; the message says how to fix it."""
+
+
 # --- config and tokenizers ----------------------------------------------------------------
 
 
@@ -74,12 +83,52 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
             + TRAIN_COMMAND.format(workdir=workdir)
         )
     try:
-        return ml_collections.ConfigDict(json.loads(path.read_text()))
+        values = json.loads(path.read_text())
+        if not isinstance(values, dict) or not {"model", "data"} <= values.keys():
+            raise ValueError("valid JSON, but not a run config: it has no model and data keys")
+        return ml_collections.ConfigDict(values)
     except (OSError, ValueError) as error:
         raise NoCheckpointError(
             f"{path} cannot be read ({type(error).__name__}: {error}); restore it from a copy, "
             "or train into a new workdir."
         ) from error
+
+
+def load_workdir_tokenizers(directory: str | Path) -> tuple[Any, Any]:
+    """`data.load_tokenizers` of a run's `tokenizer/`; `RunFileError` naming a damaged file.
+
+    A checkpoint's embeddings fit only the exact vocabulary it was trained with, so the fix
+    is the run's own files (a copy), never a retrained tokenizer.
+    """
+    from transformer_jax.data import load_tokenizers
+
+    try:
+        return load_tokenizers(directory)
+    except Exception as error:  # sentencepiece, json and the file system raise many types
+        raise RunFileError(
+            f"{_damaged_tokenizer_file(Path(directory))} cannot be loaded ({type(error).__name__}: "
+            f"{one_line(error)}): copy the run's {TOKENIZER_DIR}/ back from a copy of the "
+            "workdir; a retrained tokenizer would not fit its checkpoints."
+        ) from error
+
+
+def _damaged_tokenizer_file(directory: Path) -> Path:
+    """The file of `directory/source|target` that does not load (the directory if unknown)."""
+    from transformer_jax.data import load_tokenizer
+
+    for side in ("source", "target"):
+        side_dir = directory / side
+        try:
+            load_tokenizer(side_dir)
+        except Exception:
+            meta = side_dir / "tokenizer.json"
+            try:
+                json.loads(meta.read_text())["kind"]
+            except Exception:
+                return meta
+            others = sorted(p for p in side_dir.iterdir() if p.name != meta.name)
+            return others[0] if len(others) == 1 else side_dir
+    return directory
 
 
 def _json_default(value: Any) -> Any:
@@ -115,18 +164,51 @@ def check_vocabulary_meta(meta: dict[str, Any], src_tokenizer: Any, tgt_tokenize
 def make_manager(
     workdir: str | Path, *, keep: int, read_only: bool = False
 ) -> ocp.CheckpointManager:
-    """An orbax manager over `<workdir>/checkpoints`, keeping the last `keep` steps."""
+    """An orbax manager over `<workdir>/checkpoints`, keeping the last `keep` steps.
+
+    A reader may open it while a trainer rotates its checkpoints: orbax lists the steps and
+    then reads each one's commit time, so a step deleted in between raises
+    FileNotFoundError; the listing is then simply done again.
+    """
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep,
         create=not read_only,
         read_only=read_only,
         cleanup_tmp_directories=not read_only,  # half-written saves of a killed run
     )
-    return ocp.CheckpointManager(
-        Path(workdir).absolute() / CHECKPOINT_DIR,
-        options=options,
-        item_names=("state", "data", "meta"),
-    )
+    for attempt in range(_LISTING_ATTEMPTS):
+        try:
+            manager = ocp.CheckpointManager(
+                Path(workdir).absolute() / CHECKPOINT_DIR,
+                options=options,
+                item_names=("state", "data", "meta"),
+            )
+            break
+        except FileNotFoundError:
+            if attempt == _LISTING_ATTEMPTS - 1:
+                raise
+    # orbax removes the temporary directories in a thread that only its first save waits
+    # for; a start refused before that (a guarded resume) would exit while it runs and print
+    # a 40-line "cannot schedule new futures after interpreter shutdown" traceback.
+    wait_for_cleanup = getattr(manager, "_maybe_await_cleanup_tmp_directory", None)
+    if wait_for_cleanup is not None:
+        wait_for_cleanup()
+    return manager
+
+
+_LISTING_ATTEMPTS = 20  # a trainer deletes one step per save: a few tries always suffice
+
+
+def list_steps(manager: ocp.CheckpointManager) -> list[int]:
+    """The manager's steps as on disk now, ascending (re-listed; see `make_manager`)."""
+    for attempt in range(_LISTING_ATTEMPTS):
+        try:
+            manager.reload()
+            return sorted(manager.all_steps())
+        except FileNotFoundError:
+            if attempt == _LISTING_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def save_checkpoint(
@@ -202,9 +284,9 @@ def restore_latest(
                 except StateShapeError:
                     raise
                 except Exception as error:  # orbax raises many types for a damaged directory
-                    reason = f"{type(error).__name__}: {_one_line(error)}"
+                    reason = f"{type(error).__name__}: {one_line(error)}"
                 failed = True
-                moved = _quarantine(manager, directory) if quarantine else None
+                moved = _quarantine(manager, directory, reason) if quarantine else None
                 logging.error(
                     "Checkpoint %s is corrupt or unusable (%s); %s; trying the previous one.",
                     directory,
@@ -217,20 +299,33 @@ def restore_latest(
     return None
 
 
-def _one_line(error: BaseException, limit: int = 300) -> str:
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """An error's message on one line, at most `limit` characters."""
     text = " ".join(str(error).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _quarantine(manager: ocp.CheckpointManager, directory: Path) -> Path:
-    """Moves a bad step directory to `<workdir>/checkpoints_corrupt/<step>-<time>`."""
+def _quarantine(manager: ocp.CheckpointManager, directory: Path, reason: str) -> Path:
+    """Moves a bad step directory to `<workdir>/checkpoints_corrupt/<step>-<time>`.
+
+    Raises `UnmovableCheckpointError` if it cannot be moved (a directory without write
+    permission cannot change parents): resuming from an older one would then fail to save
+    this step again, so the run stops here, saying what to fix.
+    """
     target = directory.parent.parent / CORRUPT_DIR / f"{directory.name}-{int(time.time())}"
     if jax.process_index() == 0 and directory.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(directory), str(target))
+        try:
+            os.rename(directory, target)  # one file system (the workdir): atomic, no copy
+        except OSError as error:
+            raise UnmovableCheckpointError(
+                f"Checkpoint {directory} is unusable ({reason}) and cannot be moved aside "
+                f"({error.strerror}): fix its permissions (chmod -R u+rwX {directory}) or move "
+                f"it out of {directory.parent}, then re-run the same command."
+            ) from error
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(f"quarantine {directory}")
-    manager.reload()
+    list_steps(manager)
     return target
 
 
@@ -257,7 +352,6 @@ def load_truecaser(workdir: str | Path) -> Any:
 def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, Any]:
     """(config, source tokenizer, target tokenizer, training-mode ModelConfig) of a workdir
     that has checkpoints; `NoCheckpointError` (saying how to train one) otherwise."""
-    from transformer_jax.data import load_tokenizers
     from transformer_jax.training.state import model_config_from
 
     workdir = Path(workdir)
@@ -265,7 +359,7 @@ def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, 
     checkpoint_dir = workdir.absolute() / CHECKPOINT_DIR
     if not checkpoint_dir.is_dir():
         raise NoCheckpointError(_no_checkpoint_message(checkpoint_dir, workdir))
-    src_tokenizer, tgt_tokenizer = load_tokenizers(workdir / TOKENIZER_DIR)
+    src_tokenizer, tgt_tokenizer = load_workdir_tokenizers(workdir / TOKENIZER_DIR)
     model_config = model_config_from(config, src_tokenizer.vocab_size, tgt_tokenizer.vocab_size)
     return config, src_tokenizer, tgt_tokenizer, model_config
 

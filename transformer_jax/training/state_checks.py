@@ -8,6 +8,11 @@ when it is saved), and `check_restored` rejects a state whose bytes are not the 
 or that holds a NaN/Inf, or whose step and data position disagree, so that
 `checkpoints.restore_latest` can move it aside and use the previous one.
 
+A checkpoint whose meta holds no digests cannot be verified: its meta file was replaced
+(`{}`), or it was saved before digests existed. It is rejected like a corrupt one unless
+`TJ_ALLOW_UNDIGESTED_CHECKPOINTS=1` is set (for such an old run), because finite garbage
+in its arrays would otherwise be accepted.
+
 A state of another *shape* than the run's config builds is not corruption but a changed
 config: `StateShapeError` is raised instead, and the checkpoint is left where it is.
 """
@@ -15,6 +20,7 @@ config: `StateShapeError` is raised instead, and the checkpoint is left where it
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import jax
@@ -30,6 +36,7 @@ class StateShapeError(ValueError):
 
 
 DIGEST_KEY = "leaf_digests"  # in a checkpoint's meta: {leaf path: blake2b of its bytes}
+ALLOW_UNDIGESTED = "TJ_ALLOW_UNDIGESTED_CHECKPOINTS"  # =1: trust checkpoints without digests
 
 
 def leaf_digests(tree: Any) -> dict[str, str]:
@@ -97,31 +104,22 @@ def check_restored(
     checkpoint of `step` cannot be the state a run saved there.
 
     Checked: tree, shapes and dtypes against `abstract_state`; the bytes of every leaf
-    against the digests saved in `meta` (checkpoints written before digests existed skip
-    this); every float leaf (params and optimizer moments) finite; the state's step equal to
-    the directory's and to the one recorded in `meta`; with `data_state` and
-    `batches_per_epoch`, the data position sane and consistent with the step (each
-    optimizer step reads one batch, so epoch · batches_per_epoch + position = step).
+    against the digests saved in `meta`; every float leaf (params and optimizer moments)
+    finite; the state's step equal to the directory's and to the one recorded in `meta`;
+    digests present at all (`require_digests`); with `data_state` and `batches_per_epoch`,
+    the data position sane and consistent with the step (each optimizer step reads one
+    batch, so epoch · batches_per_epoch + position = step).
     """
     where = f"checkpoint {step}"
     check_shapes(state, abstract_state, what=where)
-    saved = meta.get(DIGEST_KEY)
-    if saved is not None:
-        changed = [k for k, v in leaf_digests(state).items() if saved.get(k) != v]
-        if changed:
-            raise CorruptCheckpointError(
-                f"{len(changed)} arrays differ from what was saved ({', '.join(changed[:3])})"
-            )
+    verify_digests(state, meta)
     bad = nonfinite_leaves(state)
     if bad:
         raise CorruptCheckpointError(
             f"non-finite values in {len(bad)} arrays ({', '.join(bad[:3])})"
         )
-    state_step = int(np.asarray(state.step))
-    if state_step != step or int(meta.get("step", step)) != step:
-        raise CorruptCheckpointError(
-            f"inconsistent step: directory {step}, state {state_step}, meta {meta.get('step')}"
-        )
+    check_step(int(np.asarray(state.step)), meta, step=step)
+    require_digests(meta)  # last: what can be checked without them is named first
     if data_state is None or batches_per_epoch is None:
         return
     epoch, position = data_state.get("epoch"), data_state.get("position")
@@ -137,3 +135,43 @@ def check_restored(
             f"data position epoch {epoch}, batch {position} ({batches_per_epoch} a epoch) is "
             f"not step {step}"
         )
+
+
+def verify_digests(tree: Any, meta: Any, *, prefix: str = "") -> None:
+    """Raises `CorruptCheckpointError` if a leaf of `tree` differs from its digest in `meta`.
+
+    `prefix`: the path of `tree` inside the saved state (".params" for params alone).
+    A meta without digests passes here; `require_digests` rejects it.
+    """
+    if not isinstance(meta, dict):
+        raise CorruptCheckpointError(f"its meta is {type(meta).__name__}, not a JSON object")
+    saved = meta.get(DIGEST_KEY)
+    if saved is None:
+        return
+    if not isinstance(saved, dict):
+        raise CorruptCheckpointError(f"its meta's {DIGEST_KEY} is not a JSON object")
+    changed = [k for k, v in leaf_digests(tree).items() if saved.get(prefix + k) != v]
+    if changed:
+        raise CorruptCheckpointError(
+            f"{len(changed)} arrays differ from what was saved "
+            f"({', '.join(prefix + k for k in changed[:3])})"
+        )
+
+
+def check_step(state_step: int, meta: dict, *, step: int) -> None:
+    """Raises `CorruptCheckpointError` unless the state's and the meta's step are `step`."""
+    if state_step != step or meta.get("step", step) != step:
+        raise CorruptCheckpointError(
+            f"inconsistent step: directory {step}, state {state_step}, meta {meta.get('step')}"
+        )
+
+
+def require_digests(meta: dict) -> None:
+    """Raises `CorruptCheckpointError` for a meta without digests, unless allowed."""
+    if DIGEST_KEY in meta or os.environ.get(ALLOW_UNDIGESTED) == "1":
+        return
+    raise CorruptCheckpointError(
+        f"its meta holds no digests of its arrays, so they cannot be verified (the meta file "
+        f"was replaced, or it predates digests; to trust such checkpoints of an old run, set "
+        f"{ALLOW_UNDIGESTED}=1)"
+    )
