@@ -3,9 +3,14 @@
 A run killed after its last checkpoint has logged steps that the resumed run will train
 again. On resume, `truncate_metrics` drops the records of steps after the restored one
 (the file is rewritten atomically), so each step appears once; TensorBoard hides its own
-copies of those steps through the writer's `purge_step` (`MetricWriter`). A run that finds
-an old history but no usable checkpoint does not train over it: `move_history_aside` is
-what `--restart_from_scratch` does first.
+copies of those steps through the writer's `purge_step` (`MetricWriter`).
+
+A run that finds an old history but no usable checkpoint asks `ever_checkpointed`. If the
+old run never committed a checkpoint (it stopped before its first save: a kill, SIGTERM, an
+OOM, a NaN, a full disk), there is nothing to lose beyond those steps: the history is moved
+aside (`move_history_aside`) and the same command starts afresh, so a script that restarts
+preempted jobs does not loop. If it had checkpoints and lost them, it is refused
+(`NoUsableCheckpointError`) until `--restart_from_scratch`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.training.checkpoints import CORRUPT_DIR, METRICS_FILE, TENSORBOARD_DIR
+from transformer_jax.training.checkpoints import (
+    CHECKPOINT_DIR,
+    CORRUPT_DIR,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+)
 
 PREVIOUS_DIR = "previous_runs"  # <workdir>/previous_runs/<time>/: a history moved aside
 
@@ -63,6 +73,25 @@ def lost_history(workdir: str | Path) -> str | None:
     if step:
         found.append(f"{workdir / METRICS_FILE} up to step {step}")
     return "; ".join(found) or None
+
+
+def ever_checkpointed(workdir: str | Path) -> bool:
+    """Whether a run in `workdir` ever committed a checkpoint, usable or not.
+
+    orbax commits a save by renaming its temporary directory
+    (`<step>.orbax-checkpoint-tmp...`) to `<step>/` once everything is written, and
+    `restore_latest` moves an unusable one to `checkpoints_corrupt/`: so a committed
+    checkpoint leaves a directory named by a number in `checkpoints/`, or an entry in
+    `checkpoints_corrupt/`. The file system says it, not a record that a kill could cut
+    short. (Checkpoints deleted by hand thus count as never saved: the history is moved
+    aside, not deleted.)
+    """
+    workdir = Path(workdir)
+    corrupt = workdir / CORRUPT_DIR
+    if corrupt.is_dir() and any(corrupt.iterdir()):
+        return True
+    checkpoints = workdir / CHECKPOINT_DIR
+    return checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
 
 
 def truncate_metrics(workdir: str | Path, step: int) -> int:
