@@ -10,11 +10,18 @@ where it is importable and tested. Every mistake in the flags or the config is o
 line before anything is built (`transformer_jax.launch`, then `training.validate_config`).
 Multi-host: start one process per host with `--coordinator_address=host:port
 --num_processes=N --process_id=i`.
+
+Exit codes: 0 done; 2 a `FATAL:` line (a refused start, a fault: a NaN loss, a failed save,
+a damaged file; another trainer holds the workdir); 75 (`training.preemption.EXIT_CODE`)
+stopped by SIGTERM or SIGINT after saving a checkpoint, one line "Stopped by SIGTERM: saved
+step N; re-run the same command to resume." (a second signal ends it at once: 143/130);
+130 Ctrl-C before or after the training loop (nothing is lost).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 from absl import app, flags, logging
@@ -63,13 +70,29 @@ flags.DEFINE_string(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         launch.fatal(f"unexpected arguments {argv[1:]}: write flags as --name=value.")
+    from transformer_jax.training import workdir_lock
     from transformer_jax.training.workdir import WorkdirError, check_workdir
 
-    if not FLAGS.print_config:
+    try:
+        if FLAGS.print_config:
+            _launch()
+            return
         try:  # before anything is built: an unusable workdir is one line, not a traceback later
             check_workdir(FLAGS.workdir)
         except WorkdirError as error:
             launch.fatal(str(error))
+        try:  # before the slow imports, so that a second trainer is refused at once
+            with workdir_lock.hold(FLAGS.workdir, enabled=FLAGS.process_id == 0):
+                _launch()
+        except workdir_lock.WorkdirLockedError as error:
+            launch.fatal(str(error))
+    except KeyboardInterrupt:  # outside the training loop, which saves and stops itself
+        print("Interrupted outside the training loop: nothing was lost.", file=sys.stderr)
+        sys.exit(130)
+
+
+def _launch() -> None:
+    """Everything after the workdir check: the config, JAX, training, the report."""
     from transformer_jax.runtime import configure_process
     from transformer_jax.training.config import validate_config
 
@@ -112,8 +135,16 @@ def main(argv: list[str]) -> None:
 
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
+    from transformer_jax.data import VocabularyMismatchError
+    from transformer_jax.training.checkpoint_saves import CheckpointSaveError
+    from transformer_jax.training.checkpoints import (
+        NoCheckpointError,
+        RunFileError,
+        UnmovableCheckpointError,
+    )
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.history import NoUsableCheckpointError
+    from transformer_jax.training.preemption import EXIT_CODE, Preempted
     from transformer_jax.training.resume import ConfigMismatchError
     from transformer_jax.training.state_checks import StateShapeError
     from transformer_jax.training.workdir import WorkdirError
@@ -127,11 +158,20 @@ def _train_and_report(training) -> None:
         )
     except ConfigError as error:
         launch.fatal(f"invalid config: {error}")
+    except Preempted as error:  # the checkpoint is saved: a restart script re-runs on 75
+        print(error, file=sys.stderr, flush=True)
+        sys.exit(EXIT_CODE)
     except (
+        CheckpointSaveError,
         ConfigMismatchError,
         InitFromError,
+        NoCheckpointError,  # config.json unreadable
         NoUsableCheckpointError,
+        RunFileError,
         StateShapeError,
+        training.NonFiniteLossError,
+        UnmovableCheckpointError,
+        VocabularyMismatchError,
         WorkdirError,
     ) as error:
         launch.fatal(str(error))

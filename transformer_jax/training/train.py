@@ -22,8 +22,9 @@ from transformer_jax.evaluation.bleu import corpus_bleu
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log, configure_process
 from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training import finetune, history
+from transformer_jax.training import finetune, history, preemption, workdir_lock
 from transformer_jax.training.builder import build
+from transformer_jax.training.checkpoint_saves import SaveWatch
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.parallel import DataParallel
@@ -64,12 +65,41 @@ def train_and_evaluate(
     unusable is not trained over (`history.NoUsableCheckpointError`) unless
     `restart_from_scratch`, which moves the old history aside and starts from step 0.
 
+    A workdir that holds metrics but never committed a checkpoint (the run stopped before its
+    first save) starts afresh, its history moved aside (`history.ever_checkpointed`).
+
+    One trainer per workdir: `<workdir>/.lock` is held for the whole run, and a second
+    trainer raises `workdir_lock.WorkdirLockedError` at once. SIGTERM or SIGINT during the
+    loop saves a checkpoint after the step in flight and raises `preemption.Preempted`; a
+    second signal ends the process at once. A failed save (a full disk) raises
+    `checkpoint_saves.CheckpointSaveError` before the run trains on.
+
     `after_step`, for measurements only (time to BLEU, compile counts): called on the host
     after every device call; returning True ends the run there as if it were the last step.
     """
-    # ---------------------------------------------------------------- validate and set up
     workdir = check_workdir(workdir)
     configure_process(config)  # before anything computes (XLA flags, host memory)
+    # Process 0 holds the lock for all processes of a multi-host run (one shared workdir).
+    with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
+        return _train_and_evaluate(
+            config,
+            workdir,
+            init_from=init_from,
+            restart_from_scratch=restart_from_scratch,
+            after_step=after_step,
+        )
+
+
+def _train_and_evaluate(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    *,
+    init_from: str | Path | None,
+    restart_from_scratch: bool,
+    after_step: Callable[[StepEnd], bool] | None,
+) -> dict[str, Any]:
+    """`train_and_evaluate` once the workdir is locked."""
+    # ---------------------------------------------------------------- validate and set up
     validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
     changes = check_resume_config(config, workdir)  # writes nothing; raises on refused keys
     if init_from is not None:
@@ -89,7 +119,7 @@ def train_and_evaluate(
         row_multiple=parallel.num_local_devices,  # so put_batch splits every batch evenly
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        tokenizers=data_lib.load_tokenizers(tokenizer_dir) if tokenizer_dir else None,
+        tokenizers=ckpt.load_workdir_tokenizers(tokenizer_dir) if tokenizer_dir else None,
     )
     src_tok, tgt_tok = pipeline.src_tokenizer, pipeline.tgt_tokenizer
     train_iter = pipeline.train_iter
@@ -139,7 +169,8 @@ def train_and_evaluate(
                 log("--restart_from_scratch ignored: %s has a usable checkpoint.", workdir)
         else:
             lost = history.lost_history(workdir)
-            if lost and not restart_from_scratch:
+            never_saved = lost is not None and not history.ever_checkpointed(workdir)
+            if lost and not (restart_from_scratch or never_saved):
                 raise history.NoUsableCheckpointError(
                     f"{workdir} has no usable checkpoint but holds a previous run ({lost}); "
                     "refusing to train over it from step 0. Re-run with --restart_from_scratch "
@@ -147,7 +178,10 @@ def train_and_evaluate(
                 )
             if lost and is_main:
                 log(
-                    "Restarting from scratch: moved %s to %s",
+                    "%s: moved %s to %s",
+                    "No checkpoint was saved before the previous run stopped; starting afresh"
+                    if never_saved
+                    else "Restarting from scratch",
                     lost,
                     history.move_history_aside(workdir),
                 )
@@ -249,8 +283,10 @@ def train_and_evaluate(
             raise NonFiniteLossError(
                 f"Non-finite state after step {step} ({', '.join(bad[:5])}); not saving this state."
             )
-        ckpt.save_checkpoint(manager, host_state, train_iter.get_state(), vocab_meta)
+        saves.save(host_state, train_iter.get_state(), vocab_meta)
 
+    saves = SaveWatch(manager)  # a failed save stops the run, in one line
+    stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
     try:
         # ---------------------------------------------------------------- train loop
         progress = Progress(total_steps, start_step)
@@ -270,14 +306,20 @@ def train_and_evaluate(
                     device_state, metrics = built.train_steps(device_state, batches)
             step += n
             pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
-            stop = after_step is not None and after_step(
+            saves.check(step)  # a save that failed (disk full) stops the run here
+            ended = after_step is not None and after_step(
                 StepEnd(step, total_steps, host_batches, current_params)
             )
+            signalled = stop.requested(step, every=config.log_every_steps)
 
-            last = step == total_steps or stop
-            do_eval = last or (config.eval_every_steps and step % config.eval_every_steps == 0)
-            do_save = last or (
-                config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0
+            last = step == total_steps or ended
+            do_eval = not signalled and (
+                last or (config.eval_every_steps and step % config.eval_every_steps == 0)
+            )
+            do_save = (
+                last
+                or signalled
+                or (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
             )
             if step % config.log_every_steps == 0 or do_eval or do_save:
                 # ------------------------------------------------------------ fetch and log
@@ -299,9 +341,11 @@ def train_and_evaluate(
                 log(line)
             if do_save:
                 checkpoint(step)  # asynchronous write; NaN states never get here
+            if signalled:  # `saves.close()` below waits for the save before this is reported
+                raise preemption.Preempted(signalled, step)
             if do_eval:
                 final = evaluate(step)
-            if stop:
+            if ended:
                 break
 
         # ---------------------------------------------------------------- final evaluation
@@ -311,9 +355,12 @@ def train_and_evaluate(
             previous = history.last_record(workdir, "train") if is_main else None
             if previous and previous.get("loss") is not None:
                 summary = {"loss": previous["loss"]}
+        signalled = stop.requested(step, every=1)  # during the final evaluation
+        if signalled:  # the last step is saved: the same command evaluates again
+            raise preemption.Preempted(signalled, step)
     finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
-        manager.wait_until_finished()
-        manager.close()
+        stop.restore()
+        saves.close()
         writer.close()
     if "loss" in summary:
         final["train_loss"] = summary["loss"]
