@@ -117,12 +117,14 @@ def test_unigram_draws_follow_sentencepieces_distribution(rich, nbest):
     _close(theirs, expected)
 
 
-def test_unigram_draws_with_a_large_alpha_are_the_best_segmentation_unknowns_merged(tok):
-    texts = _sentences(200, seed=7) + ["ka xx to .", "zz", "ri µ"]  # x, z, µ: unknown
+@pytest.mark.parametrize("nbest", [-1, 4])
+def test_unigram_draws_with_a_large_alpha_are_the_best_segmentation_unknowns_merged(tok, nbest):
+    texts = _sentences(200, seed=7) + ["", "ka xx to .", "zz", "ri µ"]  # x, z, µ: unknown
     best = [tok.encode(t) for t in texts]
-    drawn = tok.encode_sampled(texts, alpha=30.0, nbest=-1, seed=0)
+    drawn = tok.encode_sampled(texts, alpha=30.0, nbest=nbest, seed=0)
     assert sum(x == y for x, y in zip(drawn, best, strict=True)) >= 195  # near-ties aside
-    assert drawn[-3:] == best[-3:] and best[-2] == [tok.token_to_id("▁"), UNK_ID]
+    assert drawn[-4:] == best[-4:] and best[-2] == [tok.token_to_id("▁"), UNK_ID]
+    assert tok.encode_sampled([], alpha=0.5, nbest=nbest, seed=0) == []
 
 
 def test_a_trie_too_large_for_its_table_searches_its_deeper_nodes(rich, monkeypatch):
@@ -146,7 +148,7 @@ def bpe():
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_bpe_without_randomness_is_sentencepieces_merging(bpe, alpha):
     """alpha 0 drops no merge (the best segmentation), 1 drops all (the characters)."""
-    texts = _sentences(200, seed=8) + ["ka xx to ."]
+    texts = _sentences(200, seed=8) + ["ka xx to .", ""]
     drawn = bpe.encode_sampled(texts, alpha=alpha, nbest=-1, seed=0)
     assert drawn == bpe._sp.encode(texts, enable_sampling=True, alpha=alpha, nbest_size=-1)
     assert (drawn == [bpe.encode(t) for t in texts]) == (alpha == 0.0)

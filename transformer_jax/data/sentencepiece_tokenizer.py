@@ -109,7 +109,7 @@ class SentencePieceTokenizer:
         (its generator is salted per process; "seeded draws" below).
         """
         texts = list(texts)
-        if 0 <= nbest <= 1:  # SentencePiece's rule: one candidate is the best segmentation
+        if not texts or 0 <= nbest <= 1:  # SentencePiece: one candidate is the best one
             return [self.encode(text) for text in texts]
         rng = np.random.default_rng(int(seed))
         if self._pieces is None:
