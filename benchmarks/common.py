@@ -132,9 +132,10 @@ def train_flops(s: Setting) -> float:
     return 3.0 * (n * (enc + dec) + out)
 
 
-def matmul_peak(size: int = 2048, repeats: int = 10) -> float:
-    """Float32 matmul FLOP/s of a large jitted jnp.dot on the default device (best of runs)."""
-    a = jnp.ones((size, size), jnp.float32)
+def matmul_peak(size: int = 2048, repeats: int = 10, dtype=jnp.float32) -> float:
+    """Matmul FLOP/s of a large jitted jnp.dot on the default device (best of runs), in
+    `dtype` (float32 here; `benchmarks.accelerator_check` takes the bfloat16 peak of a GPU)."""
+    a = jnp.ones((size, size), dtype)
     dot = jax.jit(jnp.dot)
     dot(a, a).block_until_ready()
     best = float("inf")

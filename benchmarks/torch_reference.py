@@ -2,7 +2,8 @@
 
 Embeddings scaled by √D plus a sinusoidal table, torch.nn.Transformer (post-norm, ReLU,
 dropout 0.1, batch_first), an output projection, Adam, cross-entropy ignoring padding.
-Only imported when torch is installed (`pip install torch==2.13.0`).
+Only imported when torch is installed (`pip install torch==2.13.0`). On the CPU by default;
+`benchmarks.accelerator_check` runs it on CUDA with fused Adam.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class TorchSeq2Seq(nn.Module):
 
     def forward(self, src, src_pad, tgt_in) -> torch.Tensor:
         t = tgt_in.shape[1]
-        causal = nn.Transformer.generate_square_subsequent_mask(t)
+        causal = nn.Transformer.generate_square_subsequent_mask(t, device=tgt_in.device)
         h = self.transformer(
             self.embed(self.src_embed, src),
             self.embed(self.tgt_embed, tgt_in),
@@ -50,26 +51,31 @@ class TorchSeq2Seq(nn.Module):
         return self.out(h)
 
 
-def make_train_step(s: Setting, compile: bool = False, bf16: bool = False):
+def make_train_step(
+    s: Setting, compile: bool = False, bf16: bool = False, device: str = "cpu", fused: bool = False
+):
     """A closure running one Adam step on a fixed batch; returns the loss (synchronously).
 
-    `bf16` runs forward and loss under `torch.autocast("cpu", torch.bfloat16)`, PyTorch's
-    mixed precision: float32 parameters and optimizer, bfloat16 matmuls (oneDNN).
+    `bf16` runs forward and loss under `torch.autocast(<device type>, torch.bfloat16)`,
+    PyTorch's mixed precision: float32 parameters and optimizer, bfloat16 matmuls (oneDNN on
+    the CPU). `device` is where the model and each batch go ("cuda" on a GPU); `fused` takes
+    `torch.optim.Adam(..., fused=True)`, one kernel for the whole update.
     """
     torch.manual_seed(0)
-    model = TorchSeq2Seq(s)
+    model = TorchSeq2Seq(s).to(device)
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=fused or None)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
     forward = torch.compile(model) if compile else model
+    device_type = torch.device(device).type
 
     def step(batch):
-        src = torch.from_numpy(batch["src"]).long()
-        tgt_in = torch.from_numpy(batch["tgt_in"]).long()
-        tgt_out = torch.from_numpy(batch["tgt_out"]).long()
+        src = torch.from_numpy(batch["src"]).long().to(device)
+        tgt_in = torch.from_numpy(batch["tgt_in"]).long().to(device)
+        tgt_out = torch.from_numpy(batch["tgt_out"]).long().to(device)
         src_pad = src == 0
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
             logits = forward(src, src_pad, tgt_in)
             loss = loss_fn(logits.float().reshape(-1, s.vocab), tgt_out.reshape(-1))
         loss.backward()

@@ -1,0 +1,283 @@
+r"""Train-step speed in turns, one process: ours, Flax WMT, torch eager and torch.compile.
+
+    python -m benchmarks.accelerator.speed_worker --size=base --flax_wmt_dir=.flax_wmt \
+        --impls="ours (tuned),ours (autodiff),flax wmt,torch eager,torch.compile" \
+        --peak_size=8192 --time_limit_s=150 --out=/tmp/speed.json
+
+Every implementation gets the same host batches (`sizes.Size.batch`) and runs one Adam
+step per call, synchronised (JAX: `block_until_ready`; torch: `loss.item()`). Each is
+built and called once (its compile, or torch's first step), then `--warmup` more times;
+then they are timed in turns, one step each, round after round (A B C A B C ...), so the
+drift of a shared machine falls on all alike; the median step is reported.
+
+  ours (tuned|autodiff): `training.build` of the size's run config with `gradients` set,
+    as a run of that config trains (benchmarks/train_step.py's path).
+  flax wmt: their `models.Transformer` of the same sizes, our step (`flax_wmt.TrainStep`).
+  torch eager / torch.compile: `benchmarks.torch_reference` on CUDA when there is one,
+    bfloat16 under `torch.autocast` for a bfloat16 size, fused Adam.
+
+tokens/s counts non-pad source + target tokens; MFU = model FLOPs per step / step time /
+the matmul peak of the size's dtype measured here (a jitted `jnp.dot` of --peak_size², best
+of 5). The FLOPs are one analytic count for all (`common.train_flops`: 6 x the matmul
+parameters x the positions, plus the attention terms; every padded position counted);
+XLA's `cost_analysis` of our lowered step is reported beside it as a cross-check.
+An implementation that fails to build or run is reported as such and the others go on.
+Each may compile until 3/4 of --time_limit_s (then it is cut off, SIGALRM, and the rest
+skipped), so the timing in turns still has its time; results are written after each
+compile and each round, so a job cut off from outside still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import common
+from benchmarks.accelerator import flax_wmt, jobs, sizes
+from transformer_jax.runtime import configure_process
+from transformer_jax.training.config import validate_config
+
+IMPLS = ("ours (tuned)", "ours (autodiff)", "flax wmt", "torch eager", "torch.compile")
+NUM_BATCHES = 4  # distinct host batches, cycled
+
+
+@dataclasses.dataclass
+class Impl:
+    call: Callable[[], None]  # one synchronised optimizer step
+    tokens: float  # mean non-pad source + target tokens per call
+    lower: Callable[[], jax.stages.Lowered] | None = None  # ours: the step, lowered
+
+
+class NotMeasured(Exception):
+    """An implementation that cannot run here; the message is "not measured: why"."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raises TimeoutError in this (main) thread after `seconds` (SIGALRM): a torch.compile
+    that hangs is cut off; a compile inside XLA's C++ is cut when it returns."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"did not finish within {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def make_ours(size: sizes.Size, gradients: str) -> Impl:
+    size = sizes.with_gradients(size, gradients)
+    built = common.build_setting(size.config, size.setting)
+    parallel = built.parallel
+    batches = [size.batch(seed=i) for i in range(NUM_BATCHES)]
+    box = {"state": parallel.put_replicated(built.init_state()), "i": 0}
+
+    def call() -> None:
+        batch = parallel.put_batch(batches[box["i"] % NUM_BATCHES])
+        box["state"], metrics = built.train_step(box["state"], batch)
+        box["i"] += 1
+        jax.block_until_ready(metrics)
+
+    def lower() -> jax.stages.Lowered:
+        return built.train_step.lower(box["state"], parallel.put_batch(batches[0]))
+
+    return Impl(call, _mean_tokens(batches), lower)
+
+
+def make_flax(size: sizes.Size, directory: str) -> Impl:
+    why_not = flax_wmt.missing(directory)
+    if why_not:
+        raise NotMeasured(why_not)
+    models = flax_wmt.load_models(directory)
+    built = common.build_setting(size.config, size.setting)
+    wmt = flax_wmt.TrainStep(
+        models, flax_wmt.transformer_config(models, built.model_config, size.vocab)
+    )
+    host = [size.batch(seed=i) for i in range(NUM_BATCHES)]
+    batches = [flax_wmt.wmt_batch(b) for b in host]
+    box = {"state": wmt.init(seed=0, batch=batches[0]), "i": 0}
+
+    def call() -> None:
+        box["state"], loss = wmt.step(box["state"], batches[box["i"] % NUM_BATCHES])
+        box["i"] += 1
+        jax.block_until_ready(loss)
+
+    return Impl(call, _mean_tokens(host))
+
+
+def torch_probe() -> str | None:
+    """Why torch cannot run beside JAX here ("not measured: ..."), or None. Tried in a child
+    process first: two CUDA stacks in one process might crash it, and a crash there costs
+    nothing measured here."""
+    if importlib.util.find_spec("torch") is None:
+        return "not measured: torch not installed"
+    code = (
+        "import jax, torch; jax.numpy.ones(2).block_until_ready(); "
+        "d = 'cuda' if torch.cuda.is_available() else 'cpu'; print(torch.ones(2, device=d).sum())"
+    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "not measured: torch beside jax did not start within 300 s in a child"
+    if child.returncode:
+        last = (child.stderr.strip().splitlines() or ["?"])[-1]
+        return f"not measured: torch beside jax failed in a child (exit {child.returncode}): {last}"
+    return None
+
+
+def make_torch(size: sizes.Size, compile: bool) -> Impl:
+    import torch
+
+    from benchmarks import torch_reference
+
+    if size.packed:
+        raise NotMeasured("not measured: torch_reference takes padded batches, not packed rows")
+    cuda = torch.cuda.is_available()
+    step, _ = torch_reference.make_train_step(
+        size.setting,
+        compile=compile,
+        bf16=size.config.model.dtype == "bfloat16",
+        device="cuda" if cuda else "cpu",
+        fused=cuda,
+    )
+    batches = [size.batch(seed=i) for i in range(NUM_BATCHES)]
+    box = {"i": 0}
+
+    def call() -> None:
+        step(batches[box["i"] % NUM_BATCHES])  # returns loss.item(): synchronised
+        box["i"] += 1
+
+    return Impl(call, _mean_tokens(batches))
+
+
+def _mean_tokens(batches: list[dict[str, np.ndarray]]) -> float:
+    return float(np.mean([common.non_pad_tokens(b) for b in batches]))
+
+
+def _make(name: str, size: sizes.Size, flax_dir: str, torch_why_not: str | None) -> Impl:
+    if name.startswith("ours ("):
+        return make_ours(size, name[len("ours (") : -1])
+    if name == "flax wmt":
+        return make_flax(size, flax_dir)
+    if name in ("torch eager", "torch.compile"):
+        if torch_why_not:
+            raise NotMeasured(torch_why_not)
+        return make_torch(size, compile=name == "torch.compile")
+    raise ValueError(f"unknown implementation {name!r}; choose from {IMPLS}")
+
+
+def _error(error: BaseException) -> str:
+    if isinstance(error, NotMeasured):
+        return str(error)
+    last = traceback.format_exception_only(type(error), error)[-1].strip()
+    return f"not measured: failed, {' '.join(last.split())[:300]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="base", help="A sizes.get name.")
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--flax_wmt_dir", default="")
+    parser.add_argument("--rounds", type=int, default=20, help="Timed steps of each, in turns.")
+    parser.add_argument("--warmup", type=int, default=2, help="Untimed calls after the first.")
+    parser.add_argument("--peak_size", type=int, default=8192, help="0: no peak, no MFU.")
+    parser.add_argument("--time_limit_s", type=float, default=150.0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    elapsed = lambda: time.perf_counter() - start  # noqa: E731
+    size = sizes.get(args.size)
+    configure_process(size.config)  # before the backend starts
+    validate_config(size.config, num_devices=jax.local_device_count())
+    setting = size.setting
+    flops = common.train_flops(setting)
+    results: dict = {
+        "size": size.describe(),
+        "padded_tokens_per_side": setting.batch * setting.length,
+        "flops_per_step": flops,
+        "flops_note": "analytic, common.train_flops: 3 x forward matmul FLOPs of every padded "
+        "position (6 x matmul params x tokens + attention), the same count for every impl",
+        "impls": {},
+    }
+    dtype = jnp.bfloat16 if size.config.model.dtype == "bfloat16" else jnp.float32
+    if args.peak_size:
+        peak = common.matmul_peak(args.peak_size, repeats=5, dtype=dtype)
+        results["peak_flops"] = peak
+        results["peak_note"] = f"jnp.dot {jnp.dtype(dtype).name} {args.peak_size}^2, best of 5"
+    jobs.write_partial(args.out, results)
+
+    # ------------------------------------------------------------ build, compile, warm up
+    names = [n.strip() for n in args.impls.split(",") if n.strip()]
+    torch_why_not = torch_probe() if any(n.startswith("torch") for n in names) else None
+    impls: dict[str, Impl] = {}
+    for name in names:
+        # Each may take until 3/4 of the job's time; then the rest are skipped.
+        budget = 0.75 * args.time_limit_s - elapsed()
+        if budget < 0.15 * args.time_limit_s:
+            results["impls"][name] = (
+                f"not measured: skipped, {elapsed():.0f} s of the job's {args.time_limit_s:.0f} "
+                "s gone before its compile"
+            )
+            continue
+        results["impls"][name] = "not measured: its build or first call was cut off"
+        jobs.write_partial(args.out, results)
+        try:
+            with time_limit(budget):
+                t0 = time.perf_counter()
+                impl = _make(name, size, args.flax_wmt_dir, torch_why_not)
+                if impl.lower and "flops_xla_ours" not in results:
+                    cost = impl.lower().cost_analysis()  # before the first call donates
+                    results["flops_xla_ours"] = float(cost["flops"]) if cost else None
+                t1 = time.perf_counter()
+                impl.call()  # compiles
+                first = time.perf_counter() - t1
+                for _ in range(args.warmup):
+                    impl.call()
+        except Exception as error:  # noqa: BLE001 (one implementation failing is a result)
+            results["impls"][name] = _error(error)
+        else:
+            impls[name] = impl
+            results["impls"][name] = {"build_s": round(t1 - t0, 2), "first_call_s": round(first, 2)}
+        jobs.write_partial(args.out, results)
+
+    # ------------------------------------------------------------ timed in turns
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(args.rounds):
+        if times and elapsed() > 0.9 * args.time_limit_s and min(map(len, times.values())) >= 3:
+            break
+        for name, impl in impls.items():
+            t0 = time.perf_counter()
+            impl.call()
+            times[name].append(time.perf_counter() - t0)
+        for name, impl in impls.items():  # after every round: a cut-off job keeps them
+            step_s = statistics.median(times[name])
+            entry = results["impls"][name]
+            entry.update(rounds=len(times[name]), step_ms=1e3 * step_s)
+            entry["tokens_per_s"] = impl.tokens / step_s
+            if "peak_flops" in results:
+                entry["mfu"] = flops / step_s / results["peak_flops"]
+        jobs.write_partial(args.out, results)
+    print(f"speed_worker: done in {elapsed():.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""`benchmarks.accelerator_check`: the dry run end to end, a job cut off at its limit, the
+budget, and the runs' log parsing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import accelerator_check
+from benchmarks.accelerator import jobs, runs, sizes
+from tests.helpers import JAX_CACHE, REPO, subprocess_env
+
+KINDS = {"init", "train step", "eval", "decode", "other"}
+
+
+def _reason(value) -> bool:
+    """An explicit "not measured: <why>"."""
+    return isinstance(value, str) and value.startswith("not measured: ") and len(value) > 16
+
+
+def _no_bare_strings(value, path="") -> None:
+    """Every string that says "not measured" gives a reason."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _no_bare_strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_bare_strings(v, f"{path}[{i}]")
+    elif isinstance(value, str) and value.lower().startswith("not measured"):
+        assert _reason(value), f"{path}: {value!r}"
+
+
+def _check_programs(log: dict) -> None:
+    assert log["seconds"] > 0 and log["programs"] == len(log["table"]) > 0
+    assert {p["kind"] for p in log["table"]} <= KINDS
+    assert log["count_by_kind"]["train step"] >= 1 and log["count_by_kind"]["decode"] >= 1
+
+
+@pytest.mark.slow
+def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
+    out = tmp_path / "report.json"
+    flax_dir = REPO / ".flax_wmt"  # a local copy of flax's examples/wmt, if there is one
+    # The dry run takes ~1 minute on 2 idle cores; the limits leave room for a busy machine
+    # (the CLI's own, 90 s a job and 115 s in all, would cut jobs off there).
+    argv = [sys.executable, "-m", "benchmarks.accelerator_check", "--dry_run", f"--out={out}",
+            f"--cache_dir={JAX_CACHE}", "--budget_s=2400", "--limit=all=400"]  # fmt: skip
+    if (flax_dir / "models.py").is_file():
+        argv.append(f"--flax_wmt_dir={flax_dir}")
+    result = subprocess.run(
+        argv, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=2700
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "| stage | what | result | target |" in result.stdout
+    report = json.loads(out.read_text())
+    for key in ("device", "date", "jax_version", "command", "versions"):
+        assert report[key]
+    assert report["dry_run"] is True
+    # Every job ran to its end (nothing timed out or failed), each with its log beside the JSON.
+    assert {name: job["status"] for name, job in report["jobs"].items()} == dict.fromkeys(
+        accelerator_check.JOBS, "ok"
+    )
+    stages = report["stages"]
+    assert set(stages) == {"programs", "speed", "end_to_end", "tests"}
+    _no_bare_strings(stages)
+
+    programs = stages["programs"]
+    for run in ("readme", "readme_cached", "hour"):
+        _check_programs(programs[run])
+    assert programs["cache"]["ratio"] > 0
+    compiled = programs["compile_vs_flax_wmt"]["sizes"]["readme_local"]
+    assert {k: v["compile_s"] > 0 for k, v in compiled["ours"].items()} == {
+        "init": True,
+        "train step": True,
+    }
+    theirs = compiled["flax_wmt"]
+    assert _reason(theirs) or theirs["train step"]["compile_s"] > 0
+
+    speed = stages["speed"]
+    assert speed["base"]["peak_flops"] > 0 and speed["base"]["flops_per_step"] > 0
+    have_torch = importlib.util.find_spec("torch") is not None
+    for key, impls in (
+        ("base", speed_worker_impls()),
+        ("readme", ("ours (tuned)", "ours (autodiff)")),
+    ):
+        for name in impls:
+            entry = speed[key]["impls"][name]
+            if name.startswith("torch") and not have_torch:
+                assert entry == "not measured: torch not installed"
+            elif name == "flax wmt" and _reason(entry):
+                assert "flax_wmt_dir" in entry
+            elif not (name == "torch.compile" and _reason(entry)):  # may fail on a CPU
+                assert entry["tokens_per_s"] > 0 and entry["rounds"] >= 1, (key, name, entry)
+
+    for run in ("readme", "readme_cached", "hour"):
+        e2e = stages["end_to_end"][run]
+        assert e2e["status"] == "ok" and e2e["steps"] == "6/6"
+        assert e2e["wall_s"] > e2e["first_step_s"] > 0 and e2e["steps_per_s"] > 0
+        assert 0 <= e2e["bleu"]["bleu"] <= 100 and e2e["bleu"]["beam_size"] == 1
+
+    tests = stages["tests"]
+    assert tests["counts"]["passed"] > 0 and "failed" not in tests["counts"]
+
+
+def speed_worker_impls() -> list[str]:
+    from benchmarks.accelerator.speed_worker import IMPLS
+
+    return list(IMPLS)
+
+
+def test_a_job_past_its_limit_is_stopped_with_its_process_group_and_keeps_its_lines(tmp_path):
+    # A child that prints, starts a grandchild, then hangs: both go at the limit.
+    script = (
+        "import subprocess, sys, time\n"
+        "print('started', flush=True)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    job = jobs.run("hang", [sys.executable, "-c", script], timeout_s=2, log_dir=tmp_path)
+    assert job.timed_out and job.status == "timed out after 2 s"
+    assert job.wall_s < 20 and [line for _, line in job.lines] == ["started"]
+    assert "started" in (tmp_path / "hang.log").read_text()
+    failed = jobs.run("fail", [sys.executable, "-c", "raise SystemExit('bad value')"],
+                      timeout_s=30, log_dir=tmp_path)  # fmt: skip
+    assert failed.status == "failed (exit 1): bad value"
+
+
+def test_a_job_the_budget_leaves_no_time_for_says_so_and_is_named_to_run_again(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    report = accelerator_check.main(["--dry_run", "--jobs=tests", "--budget_s=1", f"--out={out}"])
+    assert re.fullmatch(
+        r"not measured: [01] s of the 1 s budget were left", report["stages"]["tests"]
+    )
+    assert report["stages"]["end_to_end"]["hour"] == "not measured: not in --jobs"
+    assert report["stages"]["programs"]["cache"].startswith("not measured: ")
+    assert json.loads(out.read_text())["stages"] == report["stages"]
+    assert "run them again: --jobs=tests" in capsys.readouterr().out
+
+
+def test_read_run_takes_the_rate_first_step_and_files_of_a_launch(tmp_path):
+    lines = [
+        (3.0, "I1126 train.py:1] Training /w for 6 steps (17 per epoch) from step 0 on 1 devices"),
+        (9.0, "step 2/6 (33%) | loss 5.9 | nll 6.9 | 0.50 steps/s | 410 tok/s | ETA 0:00:07"),
+        (9.4, "step 4/6 (67%) | loss 5.8 | nll 6.8 | 5.00 steps/s | 6,318 tok/s | ETA 0:00:01"),
+        (9.8, "step 6/6 (100%) | loss 5.7 | nll 6.7 | 5.00 steps/s | 9,000 tok/s | ETA 0:00:00"),
+        (12.0, "Compiled: 3 programs in 4.0 s (train step: 3.0, eval: 1.0; 0 from the cache)"),
+    ]
+    job = jobs.Job("readme", [], 60.0, 12.5, 0, lines, tmp_path / "readme.log")
+    (tmp_path / "eval_report.json").write_text(
+        json.dumps({"bleu": 41.5, "chrf": 60.0, "split": "test", "beam_size": 4, "x": 1})
+    )
+    program = {"name": "step", "kind": "train step", "seconds": 3.0, "cached": False}
+    record = {"time": "t", "seconds": 4.0, "cached": 0, "programs": [program]}
+    (tmp_path / "compile_log.jsonl").write_text("{}\n" + json.dumps(record) + "\n")
+    run = runs.read_run(job, tmp_path)
+    assert run["setup_s"] == 3.0 and run["steps"] == "6/6" and run["steps_per_s"] == 5.0
+    assert run["first_step_s"] == 8.8  # step 2 ended at 9.0 s; one step at 5/s before it
+    assert run["report_s"] == 2.7 and run["compiled_line"].startswith("Compiled: 3 programs")
+    assert run["bleu"]["bleu"] == 41.5 and "x" not in run["bleu"]
+    assert run["compile"]["seconds_by_kind"] == {"train step": 3.0}
+    assert runs.read_run(job, tmp_path / "missing")["bleu"] == "not measured: no eval_report.json"
+
+
+def test_packed_batches_keep_each_pair_in_one_segment_on_both_sides():
+    batch = sizes.packed_batch(rows=4, width=24, vocab=50, seed=0)
+    for key in ("src", "src_segment", "src_position", "tgt_in", "tgt_out", "tgt_segment"):
+        assert batch[key].shape == (4, 24)
+    for r in range(4):
+        src_pairs = set(batch["src_segment"][r]) - {0}
+        assert src_pairs == set(batch["tgt_segment"][r]) - {0} and len(src_pairs) >= 2
+        for k in src_pairs:  # positions restart; <bos> opens each target
+            at = batch["tgt_segment"][r] == k
+            assert list(batch["src_position"][r][batch["src_segment"][r] == k])[0] == 0
+            assert batch["tgt_in"][r][at][0] == 1
+            assert (batch["tgt_in"][r][at][1:] == batch["tgt_out"][r][at][:-1]).all()
+    assert (batch["src_len"] == (batch["src_segment"] > 0).sum(axis=1)).all()
+    assert ((batch["src"] > 0) == (batch["src_segment"] > 0)).all()
