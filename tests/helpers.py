@@ -1,4 +1,5 @@
-"""Shared test helpers: the subprocess environment, a random model, the tiny real-data run.
+"""Shared test helpers: the subprocess environment, a random model, the tiny real-data run,
+and the matmul-precision pin of the tests that compare against float64.
 
 Test modules import from here (never from each other), so each test file stays runnable
 on its own and pytest collects every test exactly once.
@@ -15,6 +16,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.flatten_util import ravel_pytree
 
 from transformer_jax.nn import ModelConfig, Transformer
@@ -23,6 +25,43 @@ REPO = Path(__file__).resolve().parents[1]
 # Shared by every training test's subprocesses: each compile (~10-20 s on 2 busy cores) is
 # paid once per machine, not once per process.
 JAX_CACHE = Path(tempfile.gettempdir()) / "transformer_jax_test_jax_cache"
+
+
+# --- the matmul precision of tests that compare against float64 ------------------------
+
+MATMUL_PRECISION = "float32"
+
+
+@pytest.fixture
+def float32_matmuls():
+    """float32 matmuls on every backend, for tests that check float32 results at float32
+    tolerances (against float64 numpy or against another computation of the same values).
+
+    Unpinned, a float32 matmul runs at the backend's default precision: float32 on CPU,
+    TF32 (10-bit mantissa, ~1e-3 relative error) on Ampere/Hopper GPUs, one bfloat16 pass
+    on TPU; on an H100 tests/test_nn_formulas.py failed at atol 2e-5 that way. The pinned
+    jax 0.10.2 takes "float32" and "highest" as aliases of `lax.Precision.HIGHEST`: plain
+    float32 on GPU, 6 bfloat16 passes on TPU, nothing changes on CPU. "float32" names what
+    these tests assume. Not "tensorfloat32"/"high" (TF32 on GPUs, 3 passes on TPU), and
+    not the "F32_F32_F32" dot-algorithm preset: that one casts bfloat16 operands to
+    float32, whereas a `Precision` only changes how float32 operands are multiplied, so
+    the bfloat16 tests of a pinned module still run their bfloat16 x bfloat16 matmuls as
+    users do. A test that wants another setting enters its own
+    `jax.default_matmul_precision` inside.
+
+    The setting acts when a function is traced: it is part of the jit cache key, so a
+    jitted function called under the pin is traced again with it, but a jaxpr traced or a
+    program compiled (`.lower().compile()`) outside the pin keeps the default: compute
+    compared values inside the test, not in a module-scoped fixture, which runs first. A
+    subprocess is out of its reach: give it `JAX_DEFAULT_MATMUL_PRECISION=MATMUL_PRECISION`.
+
+    Use: `from tests.helpers import float32_matmuls` and
+    `pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)`. Not in conftest.py:
+    tests that are not precision-sensitive run as users run. tests/test_precision_pins.py
+    checks that the pin reaches every matmul of the model.
+    """
+    with jax.default_matmul_precision(MATMUL_PRECISION):
+        yield
 
 
 def subprocess_env(devices: int | None = None) -> dict[str, str]:

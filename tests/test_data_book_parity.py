@@ -10,6 +10,7 @@ import pytest
 
 from configs import fra_eng
 from configs import model as model_configs
+from tests.helpers import float32_matmuls
 from transformer_jax.data import batching, encoding, pipeline
 from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.nn import Transformer
@@ -21,6 +22,9 @@ from transformer_jax.training import (
     training_defaults,
 )
 from transformer_jax.training import config as config_lib
+
+# a padded batch against its real rows at 1e-6: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 pytest_plugins = ["tests.conftest_data"]
 

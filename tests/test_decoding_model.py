@@ -11,10 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import random_params, subprocess_env
+from tests.helpers import float32_matmuls, random_params, subprocess_env
 from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding import beam_decode, cache_lengths, greedy_decode
 from transformer_jax.nn import ModelConfig, Transformer
+
+# cached against recomputed decoding, token for token: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_DECODE_LEN = 12

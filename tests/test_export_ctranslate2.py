@@ -13,7 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, finish, launch, random_params, subprocess_env
+from tests.helpers import (
+    MATMUL_PRECISION,
+    REPO,
+    finish,
+    float32_matmuls,
+    launch,
+    random_params,
+    subprocess_env,
+)
 from transformer_jax.data.config import data_config
 from transformer_jax.data.corpus import read_pairs
 from transformer_jax.data.encoding import encode_text
@@ -27,6 +35,9 @@ from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig, Transformer
+
+# CTranslate2's float32 on CPU, token for token: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -234,11 +245,13 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
     lines = [*corpus_sources(6), paragraph, "", "Go."]
     text = "\n".join(lines) + "\n"
 
+    # The JAX engine runs in a subprocess, out of the fixture's reach: pinned by JAX's flag.
+    env = {**subprocess_env(), "JAX_DEFAULT_MATMUL_PRECISION": MATMUL_PRECISION}
+
     def translate(*flags: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "experiments.translate", "--beam_size=1", *flags],
-            input=text, cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
-            timeout=300,
+            input=text, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 
     ct2 = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}")

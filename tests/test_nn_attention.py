@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 
 from tests import reference
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
 from transformer_jax.nn import ModelConfig, MultiHeadAttention
+
+# a float64 reference and Flax's attention at 1e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 
 def _cfg(**kw):

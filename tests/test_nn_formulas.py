@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 
 from tests import reference
-from tests.helpers import random_params
+from tests.helpers import float32_matmuls, random_params
 from transformer_jax.nn import ModelConfig, Transformer
 from transformer_jax.nn.residual import Residual
+
+# float64 references at atol 2e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 B, T, D = 2, 3, 8
 EPS = 1e-5

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 
 from configs import model as model_configs
+from tests.helpers import float32_matmuls
 from transformer_jax.nn import CausalLM, DecoderBlock, Encoder, ModelConfig, Transformer
+
+# cached against full decoding (other matmul shapes) at 1e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 V_SRC, V_TGT = 40, 50
 

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 
 from tests import reference
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
+
+# float64 references at 1e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 
 def _qkv(seed, b=2, h=3, t=4, s=5, k=8):

@@ -8,7 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
+
+# float32 gradients against float64 at 1e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 SPECS = [
     ("BTD,DF->BTF", (2, 5, 8), (8, 12)),

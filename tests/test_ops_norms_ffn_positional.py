@@ -3,7 +3,11 @@ import numpy as np
 import pytest
 
 from tests import reference
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
+
+# the FFN against float64 at 1e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 
 def test_layer_norm_matches_reference():

@@ -10,12 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import random_params
+from tests.helpers import float32_matmuls, random_params
 from transformer_jax import ops
 from transformer_jax.data import batching, encoding, packing
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.nn import ModelConfig, Packing, Transformer
 from transformer_jax.training.losses import weighted_loss_sums
+
+# packed against one-pair rows (other shapes) at 2e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 V = 60
 

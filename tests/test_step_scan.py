@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 from configs import model as model_configs
+from tests.helpers import float32_matmuls
 from transformer_jax.runtime import threefry
 from transformer_jax.training import Built, DataParallel, build, training_defaults
+
+# scanned against single steps at 2e-6: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 V, S, T, B = 19, 6, 5, 4
 

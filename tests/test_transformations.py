@@ -15,9 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
 from transformer_jax.nn import ModelConfig, Transformer
 from transformer_jax.training.losses import weighted_loss_sums
+
+# two derivative implementations at atol 2e-5: float32 matmuls on every backend.
+pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 B, S, T, V = 2, 5, 4, 7
 BASE = ModelConfig(
