@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 # Checkpoint and evaluate every 2 steps (no BLEU, no test report): a few seconds a run.
 TINY = {
     "data.train_split": "train[:500]",
