@@ -131,14 +131,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     launch.quiet_library_logs()
     from transformer_jax.data import load_split_pairs
     from transformer_jax.data.config import is_book_style
+    from transformer_jax.data.text_form import detokenize_book
     from transformer_jax.evaluation.bleu import (
         LENGTH_BINS,
         bleu_by_length,
         corpus_scores,
-        detokenize_book,
         format_length_table,
     )
-    from transformer_jax.training.checkpoints import NoCheckpointError, load_config
+    from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:
         config = load_config(args.workdir)

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
     from transformer_jax.evaluation.bleu import corpus_scores
     from transformer_jax.inference import Translator
     from transformer_jax.runtime import configure_process
-    from transformer_jax.training.checkpoints import load_config
+    from transformer_jax.workdir.checkpoints import load_config
 
     config = load_config(FLAGS.workdir)
     configure_process(config)

@@ -42,10 +42,10 @@ from transformer_jax.evaluation.bleu import format_length_table
 from transformer_jax.evaluation.report import evaluate_translator
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import configure_process
-from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR
-from transformer_jax.training.config import load_config_file
+from transformer_jax.training.config_files import load_config_file
 from transformer_jax.training.state import model_config_from
 from transformer_jax.training.train import StepEnd, train_and_evaluate
+from transformer_jax.workdir.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR
 
 DEFAULT_CONFIG = "configs/fra_eng.py"
 

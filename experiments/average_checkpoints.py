@@ -1,5 +1,5 @@
 r"""Average a run's last N checkpoints into a new workdir: flags in,
-`training.averaging.write_averaged_checkpoint` out.
+`workdir.averaging.write_averaged_checkpoint` out.
 
     python -m experiments.average_checkpoints --workdir=runs/fra_eng --last=3
     python -m experiments.evaluate --workdir=runs/fra_eng_avg3
@@ -30,12 +30,18 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.inference import Translator
-    from transformer_jax.training.averaging import write_averaged_checkpoint
-    from transformer_jax.training.checkpoints import NoCheckpointError
+    from transformer_jax.training.state import abstract_run_state
+    from transformer_jax.workdir.averaging import write_averaged_checkpoint
+    from transformer_jax.workdir.checkpoints import NoCheckpointError
 
     output = FLAGS.output_workdir or f"{FLAGS.workdir.rstrip('/')}_avg{FLAGS.last}"
     try:
-        written = write_averaged_checkpoint(FLAGS.workdir, FLAGS.last, output)
+        written = write_averaged_checkpoint(
+            FLAGS.workdir,
+            FLAGS.last,
+            output,
+            abstract_state=abstract_run_state(FLAGS.workdir),  # the model's and optimizer's
+        )
     except (NoCheckpointError, ValueError) as error:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)

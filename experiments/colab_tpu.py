@@ -67,12 +67,15 @@ if platform == "cpu":
 # %% [markdown]
 # ## Train, data-parallel over all cores
 # `train_and_evaluate` pmaps one train step over `jax.local_devices()`; the global batch is
-# split across them. Re-running this cell resumes from the last checkpoint in `WORKDIR`.
+# split across them, and each evaluation also scores BLEU on validation pairs (the
+# `ValidationBleu` evaluator). Re-running this cell resumes from the last checkpoint in
+# `WORKDIR`.
 
 # %%
+from transformer_jax.evaluation.evaluators import ValidationBleu
 from transformer_jax.training import train_and_evaluate
 
-final = train_and_evaluate(config, WORKDIR)
+final = train_and_evaluate(config, WORKDIR, evaluators=[ValidationBleu])
 print({k: round(v, 3) for k, v in final.items() if isinstance(v, float)})
 
 # %% [markdown]

@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir
     from transformer_jax.runtime import configure_process, cpu_devices
-    from transformer_jax.training.checkpoints import NoCheckpointError, load_config
+    from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.

@@ -70,8 +70,8 @@ flags.DEFINE_string(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         launch.fatal(f"unexpected arguments {argv[1:]}: write flags as --name=value.")
-    from transformer_jax.training import workdir_lock
-    from transformer_jax.training.workdir import WorkdirError, check_workdir
+    from transformer_jax.workdir import lock as workdir_lock
+    from transformer_jax.workdir.directory import WorkdirError, check_workdir
 
     try:
         if FLAGS.print_config:
@@ -136,23 +136,25 @@ def _launch() -> None:
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
     from transformer_jax.data import VocabularyMismatchError
-    from transformer_jax.training.checkpoint_saves import CheckpointSaveError
-    from transformer_jax.training.checkpoints import (
+    from transformer_jax.evaluation.evaluators import ValidationBleu
+    from transformer_jax.training.finetune import InitFromError
+    from transformer_jax.training.preemption import EXIT_CODE, Preempted
+    from transformer_jax.workdir.checkpoint_saves import CheckpointSaveError
+    from transformer_jax.workdir.checkpoints import (
         NoCheckpointError,
         RunFileError,
         UnmovableCheckpointError,
     )
-    from transformer_jax.training.finetune import InitFromError
-    from transformer_jax.training.history import NoUsableCheckpointError
-    from transformer_jax.training.preemption import EXIT_CODE, Preempted
-    from transformer_jax.training.resume import ConfigMismatchError
-    from transformer_jax.training.state_checks import StateShapeError
-    from transformer_jax.training.workdir import WorkdirError
+    from transformer_jax.workdir.directory import WorkdirError
+    from transformer_jax.workdir.history import NoUsableCheckpointError
+    from transformer_jax.workdir.resume import ConfigMismatchError
+    from transformer_jax.workdir.state_checks import StateShapeError
 
     try:  # checks the devices first; a refused start changes nothing in the workdir
         training.train_and_evaluate(
             FLAGS.config,
             FLAGS.workdir,
+            evaluators=[ValidationBleu],  # BLEU on validation pairs at each evaluation
             init_from=FLAGS.init_from or None,
             restart_from_scratch=FLAGS.restart_from_scratch,
         )

@@ -1,4 +1,4 @@
-"""Checkpoint averaging (training/averaging.py): the float64 mean of parameter trees, and the
+"""Checkpoint averaging (workdir/averaging.py): the float64 mean of parameter trees, and the
 average of a tiny real run's checkpoints through the library, Translator.from_workdir and the
 `experiments.average_checkpoints` command."""
 
@@ -16,12 +16,13 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.inference import Translator
-from transformer_jax.training.averaging import (
+from transformer_jax.training.state import abstract_run_state
+from transformer_jax.workdir.averaging import (
     TooFewCheckpointsError,
-    average_checkpoints,
     average_trees,
     write_averaged_checkpoint,
 )
+from transformer_jax.workdir.params import average_checkpoints
 
 
 def random_tree(seed: int) -> dict:
@@ -213,10 +214,11 @@ def test_command_writes_a_workdir_evaluate_can_read(workdir, tmp_path):
     assert sorted(p.name for p in (output / "checkpoints").iterdir()) == [str(STEPS)]
 
     # Writing again into the same place, or into the run itself, is refused.
+    abstract_state = abstract_run_state(workdir)
     with pytest.raises(ValueError, match="already has checkpoints"):
-        write_averaged_checkpoint(workdir, 2, output)
+        write_averaged_checkpoint(workdir, 2, output, abstract_state=abstract_state)
     with pytest.raises(ValueError, match="is the input workdir"):
-        write_averaged_checkpoint(workdir, 2, workdir)
+        write_averaged_checkpoint(workdir, 2, workdir, abstract_state=abstract_state)
 
 
 def test_command_reports_bad_input_as_fatal(workdir, tmp_path):

@@ -26,9 +26,9 @@ from tests.helpers import REPO, subprocess_env
 from tests.tiny_run import tiny_command, tiny_config
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.inference import Translator
-from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training import history
-from transformer_jax.training.state_checks import ALLOW_UNDIGESTED, StateShapeError
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir import history
+from transformer_jax.workdir.state_checks import ALLOW_UNDIGESTED, StateShapeError
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,7 +14,7 @@ from absl import logging as absl_logging
 from transformer_jax import launch
 
 ORBAX_FILE = "/venv/lib/python3.11/site-packages/orbax/checkpoint/checkpoint_manager.py"
-OURS = "/repo/transformer_jax/training/checkpoints.py"
+OURS = "/repo/transformer_jax/workdir/checkpoints.py"
 
 
 def _record(level: int, msg: str, pathname: str) -> logging.LogRecord:

@@ -21,7 +21,8 @@ import pytest
 from tests.helpers import REPO, flat_params, subprocess_env
 from tests.tiny_run import tiny_command
 from transformer_jax.data.config import SHARED_ZIP
-from transformer_jax.training import history, preemption
+from transformer_jax.training import preemption
+from transformer_jax.workdir import history
 
 
 def test_the_first_signal_is_recorded_and_the_handlers_are_put_back(capfd):

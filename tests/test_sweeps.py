@@ -10,7 +10,7 @@ from tests.helpers import FLAGS as TINY_RUN
 from tests.helpers import REPO, subprocess_env
 from transformer_jax import sweeps
 from transformer_jax.sweeps import hyper, runner
-from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.workdir import checkpoints as ckpt
 
 CONFIG = textwrap.dedent(
     """

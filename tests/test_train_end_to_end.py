@@ -20,9 +20,9 @@ import pytest
 
 from tests.helpers import EVERY, STEPS, finish, flat_params, launch
 from transformer_jax.data.config import SHARED_ZIP
-from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.state import abstract_train_state
-from transformer_jax.training.state_checks import CorruptCheckpointError
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir.state_checks import CorruptCheckpointError
 
 pytestmark = [
     pytest.mark.slow,

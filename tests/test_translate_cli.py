@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.data.text_form import clean_text
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.evaluation import (
     bleu_interval,
@@ -22,7 +23,7 @@ from transformer_jax.evaluation import (
     translate_workdir,
 )
 from transformer_jax.evaluation.report import CURVES_PNG, REPORT_JSON, REPORT_MD
-from transformer_jax.evaluation.text_lines import clean_text, decode_lines
+from transformer_jax.evaluation.text_lines import decode_lines
 
 needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"

@@ -8,7 +8,8 @@ import io
 
 import pytest
 
-from transformer_jax.evaluation.text_lines import clean_text, decode_lines, split_lines
+from transformer_jax.data.text_form import clean_text
+from transformer_jax.evaluation.text_lines import decode_lines, split_lines
 from transformer_jax.evaluation.translate_cli import (
     STDIN_PROMPT,
     check_format,

@@ -1,4 +1,4 @@
-"""One trainer per workdir (`training/workdir_lock.py`): a second one is refused at once,
+"""One trainer per workdir (`workdir/lock.py`): a second one is refused at once,
 naming the holder; a dead holder's lock is taken over; the lock leaves no trace behind."""
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import FLAGS, REPO, subprocess_env
-from transformer_jax.training import workdir_lock
-from transformer_jax.training.workdir_lock import WorkdirLockedError
+from transformer_jax.workdir import lock as workdir_lock
+from transformer_jax.workdir.lock import WorkdirLockedError
 
 
 def _holder(workdir: Path) -> subprocess.Popen:
     """Another process that holds the workdir's lock until it is killed."""
     code = f"""
         import time
-        from transformer_jax.training import workdir_lock
+        from transformer_jax.workdir import lock as workdir_lock
         with workdir_lock.hold({str(workdir)!r}):
             print("held", flush=True)
             time.sleep(600)

@@ -23,16 +23,16 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.inference import Translator
-from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training import history
 from transformer_jax.training.finetune import InitFromError
-from transformer_jax.training.resume import ConfigMismatchError, config_changes
-from transformer_jax.training.state_checks import (
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir import history
+from transformer_jax.workdir.directory import WorkdirError, check_workdir
+from transformer_jax.workdir.resume import ConfigMismatchError, config_changes
+from transformer_jax.workdir.state_checks import (
     CorruptCheckpointError,
     check_restored,
     leaf_digests,
 )
-from transformer_jax.training.workdir import WorkdirError, check_workdir
 
 needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"

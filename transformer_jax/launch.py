@@ -31,27 +31,33 @@ the messages below, and then lets absl parse. Use it in any launcher:
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NoReturn
 
 import ml_collections
 from absl import flags
 
 from transformer_jax.training.config import ConfigError
+from transformer_jax.training.config_files import (
+    SHIPPED_CONFIGS,
+    load_config_file,
+    resolve_config_path,
+)
 
-
-def _shipped_configs() -> Path:
-    """The shipped config files: `transformer_jax/configs/` in an installed package (pyproject
-    maps the repository's configs/ there), else the checkout's `configs/`."""
-    installed = Path(__file__).resolve().parent / "configs"
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "configs"
-
-
-SHIPPED_CONFIGS = _shipped_configs()
+__all__ = [  # the config-file helpers live in training.config_files; launchers find them here
+    "SHIPPED_CONFIGS",
+    "check_config_args",
+    "check_overrides",
+    "fatal",
+    "flags_parser",
+    "load_config_file",
+    "print_config",
+    "quiet_library_logs",
+    "resolve_config_args",
+    "resolve_config_path",
+]
 
 
 def fatal(message: str) -> NoReturn:
@@ -120,18 +126,6 @@ def _keep_record(record: logging.LogRecord) -> bool:
     return record.levelno > logging.WARNING or not str(record.msg).startswith(_READ_ONLY_NOTICES)
 
 
-def resolve_config_path(path: str) -> str:
-    """A config file path, or the name of a shipped config (`fra_eng`, `fra_eng.py`) -> its path.
-
-    A path that exists wins, so a local file shadows a shipped config of the same name;
-    a bare name works from any directory, also with an installed package.
-    """
-    if Path(path).is_file() or "/" in path or "\\" in path:
-        return path
-    shipped = SHIPPED_CONFIGS / (path if path.endswith(".py") else f"{path}.py")
-    return str(shipped) if shipped.is_file() else path
-
-
 def resolve_config_args(argv: Sequence[str], *, config_flag: str = "config") -> list[str]:
     """`argv` with every `--config=<name>[:arg]` of a shipped config replaced by its path."""
     prefix, out = f"--{config_flag}=", list(argv)
@@ -161,36 +155,6 @@ def check_config_args(argv: Sequence[str], *, config_flag: str = "config") -> No
         return
     config = load_config_file(specs[-1])  # absl keeps the last value
     check_overrides(config, argv, config_flag=config_flag)
-
-
-def load_config_file(spec: str) -> ml_collections.ConfigDict:
-    """`path/to/config.py[:arg]` -> `get_config(arg)`, as ml_collections' `--config` flag does.
-
-    Raises ConfigError for a missing file (listing the shipped configs) or an argument the
-    config's `get_config` rejects (its ValueError names the variants).
-    """
-    path, _, arg = spec.partition(":")
-    path = resolve_config_path(path) if path else path
-    if not path:
-        raise ConfigError(f"--config={spec!r} names no file; {_config_choices()}.")
-    if not Path(path).is_file():
-        raise ConfigError(
-            f"config file {path!r} not found (from {Path.cwd()}); {_config_choices()}."
-        )
-    module_spec = importlib.util.spec_from_file_location("_run_config", path)
-    if module_spec is None or module_spec.loader is None:
-        raise ConfigError(f"config file {path!r} is not a Python file; {_config_choices()}.")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    try:
-        config = module.get_config(arg) if arg else module.get_config()
-    except ValueError as error:  # a variant typo: the config names its variants
-        raise ConfigError(f"--config={spec}: {' '.join(str(error).split())}") from None
-    if not isinstance(config, ml_collections.ConfigDict):
-        raise ConfigError(
-            f"{path}: get_config() returned {type(config).__name__}, not a ConfigDict."
-        )
-    return config
 
 
 def check_overrides(
@@ -239,19 +203,6 @@ def _check_value(arg: str, dotted: str, value: str, *, current: object) -> None:
         raise ConfigError(
             f"{arg}: {dotted} takes {kind} (now {current!r}), got {value!r}."
         ) from None
-
-
-def _config_choices() -> str:
-    # model.py holds the model sections that run configs import, not a run config itself.
-    shipped = sorted(
-        p.stem
-        for p in SHIPPED_CONFIGS.glob("*.py")
-        if not p.name.startswith("_") and p.name != "model.py"
-    )
-    return (
-        f"give a config file path or a shipped config's name, one of {shipped} "
-        "(with ':variant' if it has variants, e.g. --config=fra_eng:hour)"
-    )
 
 
 def _did_you_mean(value: str, choices: Sequence[str]) -> str:

@@ -2,7 +2,7 @@
 
 The book's data is lowercased with `, . ! ?` spaced off (`preprocessing.preprocess_nmt`), so
 a model trained on it writes "je pense que tom a raison ." evaluate scores that form (both
-sides lowercased, the punctuation joined back: `evaluation.bleu.detokenize_book`); a reader
+sides lowercased, the punctuation joined back: `data.text_form.detokenize_book`); a reader
 wants "Je pense que Tom a raison." `Truecaser.natural` gives that, from what is known rather
 than guessed by another model (as Moses' truecaser and detokenizer do for lowercased
 systems):

@@ -1,14 +1,12 @@
-"""Scores (book BLEU, sacrebleu BLEU/chrF), reports and pictures of a trained model, and the
-translate command's input and output lines."""
+"""Scores (book BLEU, sacrebleu BLEU/chrF), reports and pictures of a trained model, the train
+loop's BLEU evaluator, and the translate command's input and output lines.
 
-from transformer_jax.evaluation.attention_maps import AttentionMaps, attention_weights
-from transformer_jax.evaluation.bleu import (
-    bleu_interval,
-    book_bleu,
-    corpus_bleu,
-    corpus_chrf,
-    detokenize_book,
-)
+`AttentionMaps` / `attention_weights` (computed in `inference.attention_maps`) and
+`detokenize_book` (`data.text_form`) are re-exported here beside the plots and scores that
+use them."""
+
+from transformer_jax.data.text_form import detokenize_book
+from transformer_jax.evaluation.bleu import bleu_interval, book_bleu, corpus_bleu, corpus_chrf
 from transformer_jax.evaluation.plots import (
     plot_attention,
     plot_training_curves,
@@ -22,6 +20,7 @@ from transformer_jax.evaluation.translate_cli import (
     translate_workdir,
     write_lines,
 )
+from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
 
 __all__ = [
     "AttentionMaps",

@@ -14,15 +14,11 @@ from __future__ import annotations
 import collections
 import json
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import sacrebleu
-
-# The book's preprocessing puts a space before , . ! ? (`"go."` -> `"go ."`); undo it.
-_SPACED_PUNCTUATION = re.compile(r" ([,.!?])")
 
 
 def book_bleu(pred: str, label: str, k: int = 2) -> float:
@@ -50,11 +46,6 @@ def book_bleu(pred: str, label: str, k: int = 2) -> float:
                 label_ngrams[gram] -= 1
         score *= math.pow(matches / (len_pred - n + 1), math.pow(0.5, n))
     return score
-
-
-def detokenize_book(text: str) -> str:
-    """Undo the book's punctuation spacing: `"je suis chez moi ."` -> `"je suis chez moi."`."""
-    return _SPACED_PUNCTUATION.sub(r"\1", text)
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:

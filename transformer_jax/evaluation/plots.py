@@ -104,9 +104,9 @@ def show_heatmaps(
 def plot_attention(maps: Any, path: str | Path, *, cell: float = 2.6) -> Path:
     """One PNG with the three attention kinds of a sentence pair, each layers × heads.
 
-    `maps` is an `attention_maps.AttentionMaps` (weights already trimmed to real tokens): encoder
-    self-attention (source × source), decoder self-attention (target × target) and
-    encoder–decoder attention (target queries × source keys).
+    `maps` is an `inference.attention_maps.AttentionMaps` (weights already trimmed to real
+    tokens): encoder self-attention (source × source), decoder self-attention (target ×
+    target) and encoder–decoder attention (target queries × source keys).
     """
     panels = [
         ("Encoder self-attention", maps.encoder_self, maps.src_tokens, maps.src_tokens, "Keys"),

@@ -22,6 +22,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from transformer_jax.data import load_split_pairs, sources, spread_subset
+from transformer_jax.data.batching import eval_batches
+from transformer_jax.data.config import is_source_checkout
+from transformer_jax.data.encoding import encode_pairs
 from transformer_jax.evaluation.bleu import (
     BOOTSTRAP_RESAMPLES,
     bleu_by_length,
@@ -29,9 +33,18 @@ from transformer_jax.evaluation.bleu import (
     corpus_scores,
     format_length_table,
 )
+from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log
+from transformer_jax.training.builder import mapped_eval_step
 from transformer_jax.training.metrics import sum_tree
+from transformer_jax.training.parallel import DataParallel
+from transformer_jax.workdir.checkpoints import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+    load_config,
+)
 
 REPORT_JSON = "eval_report.json"
 REPORT_MD = "eval_report.md"
@@ -67,11 +80,6 @@ def teacher_forced_loss(
     needs the training widths: with `data.long_pairs="skip"` the pairs beyond the limits are
     left out (counted in "loss_pairs_skipped"), as in training.
     """
-    from transformer_jax.data.batching import eval_batches
-    from transformer_jax.data.encoding import encode_pairs
-    from transformer_jax.training.builder import mapped_eval_step
-    from transformer_jax.training.parallel import DataParallel
-
     config = translator.config
     data = config.data
     encoded = encode_pairs(
@@ -100,17 +108,8 @@ def teacher_forced_loss(
             "loss_pairs_skipped": encoded.num_skipped}  # fmt: skip
 
 
-def book_style(config: Any) -> bool:
-    """Whether the split's text went through the book's preprocessing (spaced punctuation)."""
-    from transformer_jax.data.config import is_book_style
-
-    return is_book_style(config.data)
-
-
 def split_names(config: Any) -> list[str]:
     """The split names of a run's dataset (e.g. train, validation, test; fra_eng also full)."""
-    from transformer_jax.data import sources
-
     return sorted(sources.split_sizes(config.data))
 
 
@@ -151,9 +150,6 @@ def evaluate_workdir(
     Writes `eval_report.json`, `eval_report.md` and `training_curves.png` (from
     metrics.jsonl) into the workdir unless `write=False`; returns the report dict.
     """
-    from transformer_jax.data import load_split_pairs, spread_subset
-    from transformer_jax.training.checkpoints import METRICS_FILE, load_config
-
     workdir = Path(workdir)
     config = load_config(workdir)  # the split is checked before the parameters are read
     split = check_split(split or config.data.test_split, split_names(config), config.data.name)
@@ -187,8 +183,6 @@ def evaluate_workdir(
         (workdir / REPORT_MD).write_text(format_report(report))
         metrics = workdir / METRICS_FILE
         if metrics.is_file():
-            from transformer_jax.evaluation.plots import plot_training_curves
-
             try:
                 plot_training_curves(metrics, workdir / CURVES_PNG)
                 report["curves"] = str(workdir / CURVES_PNG)
@@ -260,9 +254,6 @@ def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
 
 def where_lines(workdir: str | Path, report: dict[str, Any]) -> list[str]:
     """Where a finished run's files are, and the command that translates with its model."""
-    from transformer_jax.data.config import is_source_checkout
-    from transformer_jax.training.checkpoints import CHECKPOINT_DIR, TENSORBOARD_DIR
-
     workdir = Path(workdir)
     translate = (
         "python -m experiments.translate" if is_source_checkout() else "transformer-jax-translate"

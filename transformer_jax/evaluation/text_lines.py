@@ -5,34 +5,13 @@ so a file with any of those gave more outputs than it has lines, and the outputs
 lined up with the inputs. Lines here are what `wc -l` and `paste` count: split on `\\n`,
 with a `\\r` before it (a `\\r\\n` file) removed. Whatever control characters remain (C0
 and C1 controls, ANSI escape sequences, a lone `\\r`, U+2028/U+2029) become a space before
-tokenisation, so they reach neither the model nor the terminal.
+tokenisation (`data.text_form.clean_text`), so they reach neither the model nor the
+terminal.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import AnyStr
-
-# ANSI escape sequences, removed whole (not only their ESC): CSI ("ESC [ ... final byte"),
-# OSC ("ESC ] ... BEL or ESC \\"), and two-character escapes.
-_ANSI = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI, e.g. colours: ESC[31m
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, e.g. a window title
-    r"|\x1b[@-Z\\-_]"  # other two-character escapes
-    r"|\x9b[0-?]*[ -/]*[@-~]"  # the one-byte (C1) CSI
-)
-_SEPARATORS = ("Zl", "Zp")  # U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR
-
-
-def clean_text(text: str) -> str:
-    """`text` with ANSI escapes removed and every other control character (Unicode category
-    Cc: C0, DEL, C1 incl. U+0085; and U+2028/U+2029) replaced by a space."""
-    text = _ANSI.sub("", text)
-    return "".join(
-        " " if unicodedata.category(ch) == "Cc" or unicodedata.category(ch) in _SEPARATORS else ch
-        for ch in text
-    )
 
 
 def split_lines(text: AnyStr) -> list[AnyStr]:
@@ -40,7 +19,7 @@ def split_lines(text: AnyStr) -> list[AnyStr]:
     of each removed.
 
     The `\\n` that ends the last line does not start another one, so "a\\n\\nb\\n" has three
-    lines ("a", "", "b"); other separators stay inside their line (see `clean_text`).
+    lines ("a", "", "b"); other separators stay inside their line (see `data.text_form.clean_text`).
     """
     newline, cr = ("\n", "\r") if isinstance(text, str) else (b"\n", b"\r")
     if not text:

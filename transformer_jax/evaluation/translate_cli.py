@@ -23,7 +23,9 @@ from typing import Any, TextIO
 
 from absl import logging
 
-from transformer_jax.evaluation.text_lines import clean_text, decode_lines
+from transformer_jax.data.text_form import clean_text
+from transformer_jax.evaluation.plots import plot_attention
+from transformer_jax.evaluation.text_lines import decode_lines
 from transformer_jax.inference import Translator
 from transformer_jax.inference.sources import unknown_words
 
@@ -169,8 +171,6 @@ def translate_workdir(
 
 
 def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str | Path) -> None:
-    from transformer_jax.evaluation.plots import plot_attention
-
     first = next((i for i, s in enumerate(prepared) if s), None)
     if first is None:
         raise ValueError("no non-empty sentence to draw attention for.")

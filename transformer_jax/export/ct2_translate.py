@@ -25,8 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.segmenting import join_translations
+from transformer_jax.data.text_form import clean_text
+from transformer_jax.data.tokenizers import load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
+from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference.settings import check_split_len
 from transformer_jax.inference.sources import encode_sources
@@ -59,9 +63,6 @@ def load_truecaser(model_dir: str | Path) -> Truecaser | None:
 
 def _prepare(sentences: Sequence[str], book_style: bool) -> list[str]:
     """The JAX engine's input handling: control characters to spaces, strip, preprocess."""
-    from transformer_jax.data.preprocessing import preprocess_nmt
-    from transformer_jax.evaluation.text_lines import clean_text
-
     cleaned = [clean_text(s).strip() for s in sentences]
     return [preprocess_nmt(s) if book_style and s else s for s in cleaned]
 
@@ -90,10 +91,7 @@ def translate_lines(
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
     """
-    import ctranslate2
-
-    from transformer_jax.data.tokenizers import load_tokenizer
-    from transformer_jax.data.vocab import EOS_ID
+    import ctranslate2  # only this engine needs it (requirements.txt; no package dependency)
 
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)

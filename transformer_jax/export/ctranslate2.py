@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer_jax import ops
 from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from transformer_jax.export.source import load_trained
@@ -145,8 +146,6 @@ def position_table(config: ModelConfig, stack: dict, max_positions: int) -> np.n
     if config.positional == "learned":
         return np.asarray(stack["positions"]["position_embedding"], np.float32)
     import jax.numpy as jnp
-
-    from transformer_jax import ops
 
     positions = jnp.arange(max_positions, dtype=jnp.int32)
     return np.asarray(ops.sinusoidal_rows(positions, config.model_dim), np.float32)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_jax.decoding import beam_decode, encode, greedy_decode
 from transformer_jax.export.ctranslate2 import (
     MANIFEST,
     SRC_TOKENIZER,
@@ -49,8 +50,6 @@ def exported_programs(model: Translator, *, beam_size: int, max_decode_len: int)
     import jax
     import jax.numpy as jnp
     from jax import export
-
-    from transformer_jax.decoding import beam_decode, encode, greedy_decode
 
     cfg, params = model.model_config, model.params
     b, s = export.symbolic_shape("b, s")

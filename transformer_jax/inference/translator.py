@@ -17,20 +17,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ml_collections
 import numpy as np
 
+from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.segmenting import join_translations
+from transformer_jax.data.text_form import book_style, clean_text, detokenize_book
+from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import decode_ids
+from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
 from transformer_jax.inference.settings import decode_settings
 from transformer_jax.inference.sources import EncodedSources, encode_sources
 from transformer_jax.nn import ModelConfig
-
-if TYPE_CHECKING:  # evaluation imports this module: no import cycle at run time
-    from transformer_jax.evaluation.attention_maps import AttentionMaps
+from transformer_jax.workdir.params import load_params
 
 
 @dataclasses.dataclass
@@ -105,41 +107,19 @@ class Translator:
         cls, workdir: str | Path, step: int | None = None, average_last: int = 1
     ) -> Translator:
         """The run in `workdir`: its config, tokenizers and the parameters of its newest usable
-        checkpoint (or of `step`), restored alone (`inference.restore`).
+        checkpoint (or of `step`), restored alone (`workdir.params.load_params`).
 
         average_last > 1 averages the last N readable checkpoints ending at `step`; `step` is
         then the newest of them and `averaged_steps` lists them all (a workdir written by
         `averaging.write_averaged_checkpoint` reports the steps its checkpoint averages).
         Raises `NoCheckpointError` (saying how to train one) if there is nothing to restore.
         """
-        from transformer_jax.inference.restore import abstract_params, restore_params
-        from transformer_jax.training import checkpoints as ckpt
-        from transformer_jax.training.averaging import AVERAGED_STEPS
-        from transformer_jax.training.state_checks import StateShapeError
-
-        config, src_tokenizer, tgt_tokenizer, model_config = ckpt.load_run(workdir)
-        manager = ckpt.make_manager(workdir, keep=1, read_only=True)
-        try:
-            params, meta, steps = restore_params(
-                manager, abstract_params(model_config), step=step, average_last=average_last
-            )
-        except StateShapeError as error:  # the checkpoints are fine: the run's files changed
-            raise StateShapeError(
-                f"{Path(workdir) / ckpt.CONFIG_FILE} (its model section) or {ckpt.TOKENIZER_DIR}/ "
-                f"no longer match the run's checkpoints, which are intact: {error} Put back "
-                "the run's own config.json and tokenizer/ (e.g. from a copy of the workdir)."
-            ) from None
-        finally:
-            manager.close()
-        ckpt.check_vocabulary_meta(meta, src_tokenizer, tgt_tokenizer)
+        run = load_params(workdir, step, average_last=average_last)
         translator = cls.from_params(
-            model_config, params, src_tokenizer, tgt_tokenizer, config=config
+            run.model_config, run.params, run.src_tokenizer, run.tgt_tokenizer, config=run.config
         )
         return dataclasses.replace(
-            translator,
-            truecaser=ckpt.load_truecaser(workdir),
-            step=int(meta["step"]),
-            averaged_steps=steps or tuple(int(s) for s in meta.get(AVERAGED_STEPS, ())),
+            translator, truecaser=run.truecaser, step=run.step, averaged_steps=run.averaged_steps
         )
 
     # --- text ----------------------------------------------------------------------------
@@ -147,25 +127,18 @@ class Translator:
     @property
     def book_style(self) -> bool:
         """Whether the data's text is the book's (lowercased, punctuation spaced)."""
-        from transformer_jax.evaluation.report import book_style
-
         return self.config is not None and book_style(self.config)
 
     def prepare(self, text: str) -> str:
         """Raw text -> the form the data stores: control characters become spaces
-        (`evaluation.text_lines.clean_text`), then the book's preprocessing if the run's
-        data had it. Already prepared text is unchanged."""
-        from transformer_jax.data.preprocessing import preprocess_nmt
-        from transformer_jax.evaluation.text_lines import clean_text
-
+        (`data.text_form.clean_text`), then the book's preprocessing if the run's data had
+        it. Already prepared text is unchanged."""
         cleaned = clean_text(text).strip()
         return preprocess_nmt(cleaned) if self.book_style else cleaned
 
     def detokenize(self, text: str) -> str:
         """A translation or reference as sacreBLEU should score it (the book's spaced
         punctuation joined back for book-style data; other text unchanged)."""
-        from transformer_jax.evaluation.bleu import detokenize_book
-
         return detokenize_book(text) if self.book_style else text
 
     @property
@@ -175,8 +148,6 @@ class Translator:
         forms; None for data kept as written."""
         if not self.book_style:
             return None
-        from transformer_jax.data.truecasing import Truecaser
-
         return self.truecaser or Truecaser(self.config.data.target_lang)
 
     def natural(self, translation: str, source: str = "") -> str:
@@ -257,10 +228,8 @@ class Translator:
 
         target_ids: the translation's ids (without `<bos>`/`<eos>`); by default this
         translator's own translation (with `settings`). Returns an
-        `evaluation.attention_maps.AttentionMaps` with the tokens named.
+        `inference.attention_maps.AttentionMaps` with the tokens named.
         """
-        from transformer_jax.evaluation.attention_maps import attention_weights
-
         if target_ids is None:  # one map: the input is translated whole, never in parts
             settings = {**settings, "split_len": 0}
             out = self.translate_detailed([sentence], warn=False, **settings)

@@ -28,6 +28,8 @@ import importlib.metadata
 
 import jax
 
+from transformer_jax.runtime import xla_flags
+
 PLATFORMS = ("cpu", "gpu", "tpu")
 _ALIASES = {"cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}
 # Distributions whose presence means JAX will start an accelerator backend.
@@ -47,9 +49,7 @@ def platform_name(name: str) -> str:
 
 def expected_platform() -> str:
     """The platform this process computes on ("cpu", "gpu", "tpu"), starting no backend."""
-    from transformer_jax.runtime.xla_flags import backends_initialized
-
-    if backends_initialized():
+    if xla_flags.backends_initialized():
         return platform_name(jax.default_backend())
     requested = requested_platforms().split(",")[0].strip()
     if requested:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.sweeps.runner import DONE_FILE, SweepPoint
-from transformer_jax.training.history import read_metrics
+from transformer_jax.workdir.history import read_metrics
 
 COLUMNS = (
     "point",

@@ -33,13 +33,15 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.data.config import REPO_ROOT, is_source_checkout
-from transformer_jax.launch import resolve_config_path
 from transformer_jax.sweeps import hyper
+from transformer_jax.training.config import validate_config
+from transformer_jax.training.config_files import resolve_config_path
+from transformer_jax.workdir.resume import config_changes
 
 DONE_FILE = "sweep_point_done.json"
 FAILED_FILE = "sweep_point_failed.json"
 LOG_FILE = "sweep_point.log"
-SAVED_CONFIG_FILE = "config.json"  # written by the training run (training/checkpoints.py)
+SAVED_CONFIG_FILE = "config.json"  # written by the training run (workdir/checkpoints.py)
 DEFAULT_ROOT = Path("runs") / "sweeps"
 # Each point trains in its own process: `python -m experiments.train` from a checkout, the
 # installed package's module otherwise (nothing is written next to the source files).
@@ -188,8 +190,7 @@ def validate_points(
 
     Raises `SweepError` listing every invalid point and its error.
     """
-    if validate is None:
-        from transformer_jax.training.config import validate_config as validate
+    validate = validate or validate_config
     problems = []
     for point in points:
         try:
@@ -206,8 +207,6 @@ def validate_points(
 def saved_config_differences(point: SweepPoint) -> list[str] | None:
     """The keys on which `<workdir>/config.json` differs from the point's config, as
     "key: saved -> requested"; [] if equal, None if the workdir holds no saved config."""
-    from transformer_jax.training.resume import config_changes
-
     path = point.workdir / SAVED_CONFIG_FILE
     if not path.is_file():
         return None

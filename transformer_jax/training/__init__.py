@@ -1,14 +1,13 @@
-"""Training: losses, optimizer, the per-device steps and their mapping, checkpoints, metrics,
-and the `train_and_evaluate` loop.
+"""Training: losses, optimizer, the per-device steps and their mapping, metrics, and the
+`train_and_evaluate` loop (checkpoints and the rest of a workdir: `transformer_jax.workdir`).
 
     from transformer_jax import training
-    training.train_and_evaluate(config, workdir)
+    training.train_and_evaluate(config, workdir, evaluators=[...])  # training.evaluators
     built = training.build(config, src_vocab_size=V, tgt_vocab_size=V)  # model, optimizer,
     state = built.parallel.put_replicated(built.init_state())          # mapped steps, state
 """
 
 from transformer_jax.training.builder import Built, build
-from transformer_jax.training.checkpoints import NoCheckpointError
 from transformer_jax.training.config import (
     resolve_num_train_steps,
     training_defaults,
@@ -20,6 +19,7 @@ from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import TrainState, create_train_state, model_config_from
 from transformer_jax.training.step import eval_step, train_step, train_steps
 from transformer_jax.training.train import NonFiniteLossError, train_and_evaluate
+from transformer_jax.workdir.checkpoints import NoCheckpointError
 
 __all__ = [
     "Built",

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ml_collections
 
 from transformer_jax import runtime
+from transformer_jax.data.config import check_data_devices, check_data_values, data_config
+from transformer_jax.nn import ModelConfig
 from transformer_jax.ops.matmul import GRADIENTS
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
@@ -159,9 +161,6 @@ _VALID: dict[str, None] = {}
 
 def _validate(config: ml_collections.ConfigDict) -> None:
     """Every check of the config alone: keys, types, values, dataset name and splits."""
-    from transformer_jax.data.config import check_data_values, data_config
-    from transformer_jax.nn import ModelConfig
-
     defaults = training_defaults()
     _check_keys("", config, set(defaults) | {"model", "data"})
     _check_keys("eval.", config.eval, set(defaults.eval))
@@ -234,8 +233,6 @@ def _check_devices(
     config: ml_collections.ConfigDict, *, num_devices: int, process_count: int
 ) -> None:
     """The checks of the config against the devices: whole batches per device."""
-    from transformer_jax.data.config import check_data_devices
-
     check_data_devices(config.data, num_devices=num_devices, process_count=process_count)
     per_device = config.data.batch_size // (process_count * num_devices)
     if per_device % config.grad_accum_steps:
@@ -304,10 +301,3 @@ def _check_choice(key: str, value, choices) -> None:
 def _check_int(key: str, value, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}.")
-
-
-def load_config_file(spec: str) -> ml_collections.ConfigDict:
-    """`path/to/config.py[:arg]` -> `get_config(arg)`; see `transformer_jax.launch`."""
-    from transformer_jax import launch
-
-    return launch.load_config_file(spec)

@@ -17,9 +17,10 @@ import jax
 import numpy as np
 import optax
 
-from transformer_jax.training import checkpoints as ckpt
 from transformer_jax.training.state import TrainState
-from transformer_jax.training.state_checks import StateShapeError, check_shapes
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir.params import load_params
+from transformer_jax.workdir.state_checks import StateShapeError, check_shapes
 
 PROVENANCE_KEYS = ("init_from", "init_from_step")  # in the meta of a fine-tune's checkpoints
 
@@ -52,10 +53,8 @@ def init_from_state(
     Raises `InitFromError` if `init_from` has no usable checkpoint or its parameters do not
     fit the new model config.
     """
-    from transformer_jax.inference import Translator
-
     try:
-        source = Translator.from_workdir(init_from)  # its parameters only
+        source = load_params(init_from)  # its parameters only
     except ckpt.NoCheckpointError as error:
         raise InitFromError(f"--init_from={init_from}: {error}") from error
     try:

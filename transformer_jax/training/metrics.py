@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from transformer_jax.training.checkpoints import METRICS_FILE, TENSORBOARD_DIR
+from transformer_jax.workdir.checkpoints import METRICS_FILE, TENSORBOARD_DIR
 
 
 def summarize(sums: dict[str, Any]) -> dict[str, float]:

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
 from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.training.optimizer import make_optimizer
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir.checkpoints import model_config_from
+from transformer_jax.workdir.params import abstract_params
+
+__all__ = [
+    "TrainState",
+    "abstract_run_state",
+    "abstract_train_state",
+    "create_train_state",
+    "init_params",
+    "model_config_from",  # defined beside the checkpoints that record its vocabulary sizes
+]
 
 
 @flax.struct.dataclass
@@ -60,25 +73,20 @@ def create_train_state(
     )
 
 
-def model_config_from(
-    config: ml_collections.ConfigDict, src_vocab_size: int, tgt_vocab_size: int
-) -> ModelConfig:
-    """The training-mode ModelConfig of a run config, with vocabulary sizes from the tokenizers."""
-    return ModelConfig.from_dict(
-        config.model.to_dict(), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size
+def abstract_train_state(model_config: ModelConfig, tx: optax.GradientTransformation) -> TrainState:
+    """Shapes and dtypes of `create_train_state` without computing anything (for restores)."""
+    params = abstract_params(model_config)
+    return TrainState(
+        step=jax.ShapeDtypeStruct((), jnp.int32),
+        params=params,
+        opt_state=jax.eval_shape(tx.init, params),
+        rng=jax.eval_shape(jax.random.PRNGKey, 0),
     )
 
 
-def abstract_train_state(model_config: ModelConfig, tx: optax.GradientTransformation) -> TrainState:
-    """Shapes and dtypes of `create_train_state` without computing anything (for restores)."""
-    model = Transformer(model_config.replace(deterministic=True))
-
-    def init(rng):
-        src = jnp.ones((1, 2), jnp.int32)
-        variables = model.init({"params": rng}, src, jnp.array([2], jnp.int32), src)
-        params = nn.unbox(variables["params"])
-        return TrainState(
-            step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
-        )
-
-    return jax.eval_shape(init, jax.random.PRNGKey(0))
+def abstract_run_state(workdir: str | Path) -> TrainState:
+    """The shapes of the TrainState in a run's checkpoints: its model and its optimizer."""
+    config, _, _, model_config = ckpt.load_run(workdir)
+    # Shapes only: any run length will do for a decaying schedule.
+    tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
+    return abstract_train_state(model_config, tx)

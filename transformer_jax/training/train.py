@@ -1,36 +1,56 @@
 """`train_and_evaluate(config, workdir)`: the whole training run, as one readable function.
 
-Resumable (orbax checkpoints with the data position), observable (progress line, JSONL,
-TensorBoard) and data-parallel over all devices of all processes.
+In Flax WMT's order: data, model, `restore_or_init`, then the loop (train step, `log_and_check`,
+`save`, `evaluate` with the launcher's evaluators), then the final validation. Resumable
+(orbax checkpoints with the data position), observable (progress line, JSONL, TensorBoard)
+and data-parallel over all devices of all processes.
+
+A workdir is one run. A config that changes its model, vocabulary or data is refused before
+anything is written (`workdir.resume`); keys a resume may change are recorded. `init_from`
+(another workdir) starts a new run from that run's parameters with a fresh optimizer
+(`finetune`); it is used only while `workdir` has no checkpoint, so re-running the same
+command resumes the fine-tune. A workdir whose checkpoints are all unusable is not trained
+over (`history.NoUsableCheckpointError`) unless `restart_from_scratch`, which moves the old
+history aside and starts from step 0; one that never committed a checkpoint (the run stopped
+before its first save) starts afresh, its history moved aside (`history.ever_checkpointed`).
+
+One trainer per workdir: `<workdir>/.lock` is held for the whole run, and a second trainer
+raises `workdir.lock.WorkdirLockedError` at once. SIGTERM or SIGINT during the loop saves a
+checkpoint after the step in flight and raises `preemption.Preempted`; a second signal ends
+the process at once. A failed save (a full disk) raises
+`checkpoint_saves.CheckpointSaveError` before the run trains on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 
 from transformer_jax import data as data_lib
-from transformer_jax.evaluation.bleu import corpus_bleu
-from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log, configure_process
-from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training import finetune, history, preemption, workdir_lock
-from transformer_jax.training.builder import build
-from transformer_jax.training.checkpoint_saves import SaveWatch
+from transformer_jax.training import finetune, preemption
+from transformer_jax.training.builder import Built, build
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
+from transformer_jax.training.evaluators import EvalContext, Evaluator, MakeEvaluator
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.parallel import DataParallel
-from transformer_jax.training.resume import ConfigChange, check_resume_config, log_changes
-from transformer_jax.training.state_checks import check_restored, nonfinite_leaves
-from transformer_jax.training.workdir import check_workdir
+from transformer_jax.training.state import TrainState
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir import history
+from transformer_jax.workdir import lock as workdir_lock
+from transformer_jax.workdir.checkpoint_saves import SaveWatch
+from transformer_jax.workdir.directory import check_workdir
+from transformer_jax.workdir.resume import ConfigChange, check_resume_config, log_changes
+from transformer_jax.workdir.state_checks import check_restored, nonfinite_leaves
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -47,105 +67,152 @@ class StepEnd:
     params: Callable[[], Any]  # fetches the current parameters to the host (waits for the step)
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What stays fixed while a run trains; the loop passes the train state on its own."""
+
+    config: ml_collections.ConfigDict
+    workdir: Path
+    total_steps: int
+    built: Built
+    pipeline: data_lib.InputPipeline
+    writer: MetricWriter
+    evaluators: list[Evaluator]  # process 0's; none on the others
+
+
+# (last step, steps, device metrics) of a device call whose metrics are not fetched yet
+Pending = tuple[int, int, Any]
+
+
 def train_and_evaluate(
     config: ml_collections.ConfigDict,
     workdir: str | Path,
     *,
+    evaluators: Sequence[MakeEvaluator] = (),
     init_from: str | Path | None = None,
     restart_from_scratch: bool = False,
     after_step: Callable[[StepEnd], bool] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     """Trains (or resumes) in `workdir`, evaluates, checkpoints; returns the final eval metrics.
 
-    A workdir is one run. A config that changes its model, vocabulary or data is refused
-    before anything is written (`resume.ConfigMismatchError`); keys a resume may change are
-    recorded. `init_from` (another workdir) starts a new run from that run's parameters with
-    a fresh optimizer (`finetune`); it is used only while `workdir` has no checkpoint, so
-    re-running the same command resumes the fine-tune. A workdir whose checkpoints are all
-    unusable is not trained over (`history.NoUsableCheckpointError`) unless
-    `restart_from_scratch`, which moves the old history aside and starts from step 0.
-
-    A workdir that holds metrics but never committed a checkpoint (the run stopped before its
-    first save) starts afresh, its history moved aside (`history.ever_checkpointed`).
-
-    One trainer per workdir: `<workdir>/.lock` is held for the whole run, and a second
-    trainer raises `workdir_lock.WorkdirLockedError` at once. SIGTERM or SIGINT during the
-    loop saves a checkpoint after the step in flight and raises `preemption.Preempted`; a
-    second signal ends the process at once. A failed save (a full disk) raises
-    `checkpoint_saves.CheckpointSaveError` before the run trains on.
-
-    `after_step`, for measurements only (time to BLEU, compile counts): called on the host
-    after every device call; returning True ends the run there as if it were the last step.
-    """
+    `evaluators`: see `training.evaluators`. `after_step`, for measurements only (time to BLEU,
+    compile counts): called after every device call; True ends the run there."""
     workdir = check_workdir(workdir)
     configure_process(config)  # before anything computes (XLA flags, host memory)
-    # Process 0 holds the lock for all processes of a multi-host run (one shared workdir).
-    with workdir_lock.hold(workdir, enabled=jax.process_index() == 0):
-        return _train_and_evaluate(
+    is_main = jax.process_index() == 0
+    with workdir_lock.hold(workdir, enabled=is_main):  # process 0's, for all (one workdir)
+        # ------------------------------------------------------------ validate and set up
+        devices, processes = jax.local_device_count(), jax.process_count()
+        validate_config(config, num_devices=devices, process_count=processes)
+        changes = check_resume_config(config, workdir)  # writes nothing; raises on refused keys
+        init_from = None if init_from is None else finetune.check_init_from(init_from, workdir)
+        parallel = DataParallel.create(config.parallelism)
+
+        # ------------------------------------------------------------ data
+        pipeline = data_lib.create_input_pipeline(
+            config.data,
+            row_multiple=parallel.num_local_devices,  # so put_batch splits every batch evenly
+            process_index=jax.process_index(),
+            process_count=processes,
+            tokenizers=_saved_tokenizers(workdir, init_from),  # None: build them
+        )
+        train_iter = pipeline.train_iter
+        total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
+
+        # ------------------------------------------------------------ model, optimizer, steps
+        built = build(
             config,
-            workdir,
-            init_from=init_from,
-            restart_from_scratch=restart_from_scratch,
-            after_step=after_step,
+            src_vocab_size=pipeline.src_tokenizer.vocab_size,
+            tgt_vocab_size=pipeline.tgt_tokenizer.vocab_size,
+            total_steps=total_steps,
+            parallel=parallel,
         )
 
+        # ------------------------------------------------------------ restore or initialise
+        manager, state, meta = restore_or_init(
+            config, workdir, built, pipeline, init_from, restart_from_scratch
+        )
+        if is_main:  # only now: a refused or failed start leaves the workdir as it was
+            _record_run(config, workdir, changes, pipeline, init_from)
+        run = start_run(config, workdir, built, pipeline, evaluators, state, total_steps)
+        start_step = step = int(state.step)
+        device_state = parallel.put_replicated(state)
+        del state  # the device copy is donated to the step from here on
 
-def _train_and_evaluate(
+        # ------------------------------------------------------------ train loop
+        saves = SaveWatch(manager)  # a failed save stops the run, in one line
+        stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
+        try:
+            progress, pending = Progress(total_steps, start_step), list[Pending]()
+            summary, final = {}, None
+            while step < total_steps:
+                n = min(config.steps_per_call, _next_boundary(config, step, total_steps) - step)
+                batches = [next(train_iter) for _ in range(n)]
+                with compile_log.kind("train step"):
+                    device_state, metrics = _train_call(built, device_state, batches)
+                step += n
+                pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
+                saves.check(step)  # a save that failed (disk full) stops the run here
+                fetch = functools.partial(parallel.get_replicated, device_state.params)
+                ended = bool(after_step) and after_step(StepEnd(step, total_steps, batches, fetch))
+                signalled = stop.requested(step, every=config.log_every_steps)
+                last = step == total_steps or ended
+                do_eval = not signalled and (last or _every(step, config.eval_every_steps))
+                do_save = last or signalled or _every(step, config.checkpoint_every_steps)
+                if do_eval or do_save or _every(step, config.log_every_steps):
+                    summary, pending = log_and_check(run, pending, step, progress), []
+                if do_save:  # asynchronous write; NaN states never get here
+                    save(run, saves, device_state, meta, step)
+                if signalled:  # `saves.close()` below waits for the save before this is reported
+                    raise preemption.Preempted(signalled, step)
+                if do_eval:
+                    final = evaluate(run, device_state.params, step)
+                if ended:
+                    break
+
+            # ------------------------------------------------------------ final evaluation
+            if final is None:  # nothing left to train: the checkpoint was already at the last step
+                final, summary = _nothing_to_train(run, device_state.params, start_step)
+            signalled = stop.requested(step, every=1)  # during the final evaluation
+            if signalled:  # the last step is saved: the same command evaluates again
+                raise preemption.Preempted(signalled, step)
+        finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
+            stop.restore()
+            saves.close()
+            run.writer.close()
+        if "loss" in summary:
+            final["train_loss"] = summary["loss"]
+        log("Final validation: %s", json.dumps({k: round(v, 4) for k, v in final.items()}))
+        return final
+
+
+def restore_or_init(
     config: ml_collections.ConfigDict,
     workdir: Path,
-    *,
-    init_from: str | Path | None,
+    built: Built,
+    pipeline: data_lib.InputPipeline,
+    init_from: Path | None,
     restart_from_scratch: bool,
-    after_step: Callable[[StepEnd], bool] | None,
-) -> dict[str, Any]:
-    """`train_and_evaluate` once the workdir is locked."""
-    # ---------------------------------------------------------------- validate and set up
-    validate_config(config, num_devices=jax.local_device_count(), process_count=jax.process_count())
-    changes = check_resume_config(config, workdir)  # writes nothing; raises on refused keys
-    if init_from is not None:
-        init_from = finetune.check_init_from(init_from, workdir)
+) -> tuple[ocp.CheckpointManager, TrainState, dict[str, Any]]:
+    """(checkpoint manager, host state, meta to save with each checkpoint) of the run.
+
+    The newest usable checkpoint of `workdir`, its data position set in the train iterator;
+    else, once an old history is refused or moved aside (`_start_afresh`), `init_from`'s
+    parameters (a fine-tune) or a fresh state. Creates the workdir, writes nothing else.
+    """
     is_main = jax.process_index() == 0
-    parallel = DataParallel.create(config.parallelism)
-
-    # ---------------------------------------------------------------- data
-    own_tokenizers = workdir / ckpt.TOKENIZER_DIR
-    tokenizer_dir = (
-        own_tokenizers
-        if own_tokenizers.is_dir()
-        else (init_from / ckpt.TOKENIZER_DIR if init_from is not None else None)
-    )
-    pipeline = data_lib.create_input_pipeline(
-        config.data,
-        row_multiple=parallel.num_local_devices,  # so put_batch splits every batch evenly
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        tokenizers=ckpt.load_workdir_tokenizers(tokenizer_dir) if tokenizer_dir else None,
-    )
-    src_tok, tgt_tok = pipeline.src_tokenizer, pipeline.tgt_tokenizer
-    train_iter = pipeline.train_iter
-    total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
-    vocab_meta = ckpt.vocabulary_meta(src_tok, tgt_tok)
-
-    # ---------------------------------------------------------------- model, optimizer, steps
-    built = build(
-        config,
-        src_vocab_size=src_tok.vocab_size,
-        tgt_vocab_size=tgt_tok.vocab_size,
-        total_steps=total_steps,
-        parallel=parallel,
-    )
+    train_iter, tokenizers = pipeline.train_iter, (pipeline.src_tokenizer, pipeline.tgt_tokenizer)
     abstract_state = built.abstract_state()
-
-    # ---------------------------------------------------------------- restore or initialise
+    meta = ckpt.vocabulary_meta(*tokenizers)
     if is_main:
         workdir.mkdir(parents=True, exist_ok=True)
     manager = ckpt.make_manager(workdir, keep=config.keep_checkpoints)
 
-    def check_data_position(state: Any, data_state: dict, meta: dict, step: int) -> None:
+    def check_data_position(state: Any, data_state: dict, saved: dict, step: int) -> None:
         check_restored(
             state,
             abstract_state,
-            meta,
+            saved,
             step=step,
             data_state=data_state,
             batches_per_epoch=train_iter.batches_per_epoch,
@@ -154,10 +221,10 @@ def _train_and_evaluate(
     try:
         restored = ckpt.restore_latest(manager, abstract_state, check=check_data_position)
         if restored is not None:
-            state, data_state, meta = restored
-            ckpt.check_vocabulary_meta(meta, src_tok, tgt_tok)
+            state, data_state, saved = restored
+            ckpt.check_vocabulary_meta(saved, *tokenizers)
             train_iter.set_state(data_state)
-            vocab_meta.update({k: meta[k] for k in finetune.PROVENANCE_KEYS if k in meta})
+            meta.update({k: saved[k] for k in finetune.PROVENANCE_KEYS if k in saved})
             dropped = history.truncate_metrics(workdir, int(state.step)) if is_main else 0
             log(
                 "Resumed from step %d (%s)%s",
@@ -167,205 +234,217 @@ def _train_and_evaluate(
             )
             if restart_from_scratch:
                 log("--restart_from_scratch ignored: %s has a usable checkpoint.", workdir)
-        else:
-            lost = history.lost_history(workdir)
-            never_saved = lost is not None and not history.ever_checkpointed(workdir)
-            if lost and not (restart_from_scratch or never_saved):
-                raise history.NoUsableCheckpointError(
-                    f"{workdir} has no usable checkpoint but holds a previous run ({lost}); "
-                    "refusing to train over it from step 0. Re-run with --restart_from_scratch "
-                    "to move its history to previous_runs/ and start again, or use a new --workdir."
-                )
-            if lost and is_main:
-                log(
-                    "%s: moved %s to %s",
-                    "No checkpoint was saved before the previous run stopped; starting afresh"
-                    if never_saved
-                    else "Restarting from scratch",
-                    lost,
-                    history.move_history_aside(workdir),
-                )
-            if init_from is not None:
-                state, source_step = finetune.init_from_state(
-                    init_from, abstract_state, built.tx, config.seed
-                )
-                vocab_meta.update(finetune.provenance(init_from, source_step))
-                log(
-                    "Fine-tuning the parameters of %s (step %d), fresh optimizer",
-                    init_from,
-                    source_step,
-                )
-            else:
-                with compile_log.kind("init"):
-                    state = built.init_state()
+            return manager, state, meta
+        _start_afresh(workdir, restart_from_scratch, is_main)
+        if init_from is not None:
+            state, source_step = finetune.init_from_state(
+                init_from, abstract_state, built.tx, config.seed
+            )
+            meta.update(finetune.provenance(init_from, source_step))
+            log(
+                "Fine-tuning the parameters of %s (step %d), fresh optimizer",
+                init_from,
+                source_step,
+            )
+            return manager, state, meta
+        with compile_log.kind("init"):
+            return manager, built.init_state(), meta
     except BaseException:  # a refused start leaves no manager threads behind
         manager.close()
         raise
-    start_step = int(state.step)
-    if is_main:  # only now: a refused or failed start leaves the workdir as it was
-        _save_config(config, workdir, changes)
-        if not own_tokenizers.is_dir():
-            data_lib.save_tokenizers(src_tok, tgt_tok, own_tokenizers)
-            ckpt.save_truecaser(pipeline.truecaser, own_tokenizers, tokenizer_dir)
+
+
+def _start_afresh(workdir: Path, restart_from_scratch: bool, is_main: bool) -> None:
+    """Before step 0 in a workdir without a usable checkpoint: refuses to train over a
+    previous run's history (`NoUsableCheckpointError`) unless `restart_from_scratch` or the
+    run never committed a checkpoint; then moves that history to previous_runs/."""
+    lost = history.lost_history(workdir)
+    never_saved = lost is not None and not history.ever_checkpointed(workdir)
+    if lost and not (restart_from_scratch or never_saved):
+        raise history.NoUsableCheckpointError(
+            f"{workdir} has no usable checkpoint but holds a previous run ({lost}); "
+            "refusing to train over it from step 0. Re-run with --restart_from_scratch "
+            "to move its history to previous_runs/ and start again, or use a new --workdir."
+        )
+    if lost and is_main:
+        log(
+            "%s: moved %s to %s",
+            "No checkpoint was saved before the previous run stopped; starting afresh"
+            if never_saved
+            else "Restarting from scratch",
+            lost,
+            history.move_history_aside(workdir),
+        )
+
+
+def start_run(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    built: Built,
+    pipeline: data_lib.InputPipeline,
+    evaluators: Sequence[MakeEvaluator],
+    state: TrainState,
+    total_steps: int,
+) -> Run:
+    """The metric writer and the evaluators (process 0's) of a run about to train; logs what
+    it trains."""
+    start_step, is_main = int(state.step), jax.process_index() == 0
     # TensorBoard hides events of steps after the restored one (written before a kill).
-    writer = MetricWriter(
-        workdir, enabled=is_main, purge_step=start_step + 1 if start_step else None
+    purge_step = start_step + 1 if start_step else None
+    writer = MetricWriter(workdir, enabled=is_main, purge_step=purge_step)
+    context = EvalContext(
+        config,
+        built.eval_model_config,
+        pipeline.src_tokenizer,
+        pipeline.tgt_tokenizer,
+        pipeline.eval_pairs,
     )
+    made = [make(context) for make in evaluators] if is_main else []
     log(
         "Training %s for %d steps (%d per epoch) from step %d on %d devices (%s), %s params",
         workdir,
         total_steps,
-        train_iter.batches_per_epoch,
+        pipeline.train_iter.batches_per_epoch,
         start_step,
         jax.device_count(),
         config.parallelism,
         f"{sum(x.size for x in jax.tree.leaves(state.params)):,}",
     )
+    return Run(config, workdir, total_steps, built, pipeline, writer, made)
 
-    # ---------------------------------------------------------------- call boundaries
-    def next_boundary(step: int) -> int:
-        """The first step after `step` that logs, evaluates, checkpoints or ends the run."""
-        ends = [total_steps]
-        for every in (
-            config.log_every_steps,
-            config.eval_every_steps,
-            config.checkpoint_every_steps,
-        ):
-            if every:
-                ends.append((step // every + 1) * every)
-        return min(ends)
 
-    device_state = parallel.put_replicated(state)
-    del state  # the device copy is donated to the step from here on
+def log_and_check(
+    run: Run, pending: list[Pending], step: int, progress: Progress
+) -> dict[str, float]:
+    """Fetches the metrics of the calls since the last log, stops on a NaN/Inf loss or
+    gradient, and writes (metrics.jsonl, TensorBoard) and logs their summary."""
+    host = [
+        item
+        for end, n, m in pending
+        for item in _per_step(end, n, run.built.parallel.get_replicated(m))
+    ]
+    _check_finite(host)
+    summary = summarize(sum_tree([m for _, m in host]))
+    summary["learning_rate"] = float(host[-1][1]["learning_rate"])
+    summary["grad_norm"] = float(np.mean([m["grad_norm"] for _, m in host]))
+    epoch = run.pipeline.train_iter.epoch
+    summary["epoch"] = epoch
+    line = progress.line(step, summary, f" | epoch {epoch}")
+    summary["steps_per_sec"] = progress.steps_per_sec
+    summary["tokens_per_sec"] = progress.tokens_per_sec
+    run.writer.write(step, "train", summary)
+    log(line)
+    return summary
 
-    def evaluate(step: int, record: bool = True) -> dict[str, float]:
-        sums = []
-        for i, batch in enumerate(pipeline.eval_batches("eval")):
-            if config.eval.num_batches and i >= config.eval.num_batches:
-                break
-            batch = {k: v for k, v in batch.items() if k != "index"}
-            with compile_log.kind("eval"):
-                sums.append(built.eval_step(device_state.params, parallel.put_batch(batch)))
-        summary = summarize(sum_tree(parallel.get_replicated(sums)))
-        bleu = (
-            _bleu(
-                config,
-                parallel.get_replicated(device_state.params),
-                built.eval_model_config,
-                pipeline,
-                writer if record else None,
-                step,
-            )
-            if is_main
-            else None
+
+def save(run: Run, saves: SaveWatch, device_state: Any, meta: dict[str, Any], step: int) -> None:
+    """Saves the state (asynchronously) with the data position; a non-finite one never."""
+    host_state = run.built.parallel.get_replicated(device_state)
+    bad = nonfinite_leaves(host_state)  # params and optimizer moments
+    if bad:
+        raise NonFiniteLossError(
+            f"Non-finite state after step {step} ({', '.join(bad[:5])}); not saving this state."
         )
-        if bleu is not None:
-            summary["bleu"] = bleu
-        if record:
-            writer.write(step, "eval", summary)
-        log(
-            "eval @ step %d | loss %.4f | ppl %.2f | accuracy %.3f%s",
-            step,
-            summary["nll"],
-            summary["perplexity"],
-            summary["accuracy"],
-            f" | BLEU {bleu:.2f}" if bleu is not None else "",
-        )
-        return summary
+    saves.save(host_state, run.pipeline.train_iter.get_state(), meta)
 
-    def current_params() -> Any:
-        return parallel.get_replicated(device_state.params)
 
-    def checkpoint(step: int) -> None:
-        host_state = parallel.get_replicated(device_state)
-        bad = nonfinite_leaves(host_state)  # params and optimizer moments
-        if bad:
-            raise NonFiniteLossError(
-                f"Non-finite state after step {step} ({', '.join(bad[:5])}); not saving this state."
-            )
-        saves.save(host_state, train_iter.get_state(), vocab_meta)
+def evaluate(run: Run, device_params: Any, step: int, *, record: bool = True) -> dict[str, float]:
+    """The validation loss, then each evaluator (process 0); logged, and written to
+    metrics.jsonl and TensorBoard if `record`."""
+    parallel, sums = run.built.parallel, []
+    for i, batch in enumerate(run.pipeline.eval_batches("eval")):
+        if run.config.eval.num_batches and i >= run.config.eval.num_batches:
+            break
+        batch = {k: v for k, v in batch.items() if k != "index"}
+        with compile_log.kind("eval"):
+            sums.append(run.built.eval_step(device_params, parallel.put_batch(batch)))
+    summary = summarize(sum_tree(parallel.get_replicated(sums)))
+    scores: dict[str, float] = {}
+    if run.evaluators:
+        params = parallel.get_replicated(device_params)
+        for evaluator in run.evaluators:
+            for name, value in evaluator(params, step).items():
+                if isinstance(value, str):  # a text summary, e.g. sample translations
+                    if record:
+                        run.writer.write_text(step, f"eval/{name}", value)
+                else:
+                    scores[name] = value
+    summary.update(scores)
+    if record:
+        run.writer.write(step, "eval", summary)
+    log(
+        "eval @ step %d | loss %.4f | ppl %.2f | accuracy %.3f%s",
+        step,
+        summary["nll"],
+        summary["perplexity"],
+        summary["accuracy"],
+        "".join(f" | {name} {value:.2f}" for name, value in scores.items()),
+    )
+    return summary
 
-    saves = SaveWatch(manager)  # a failed save stops the run, in one line
-    stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
-    try:
-        # ---------------------------------------------------------------- train loop
-        progress = Progress(total_steps, start_step)
-        pending: list[tuple[int, Any]] = []  # (step, device metrics) not yet fetched
-        summary: dict[str, float] = {}
-        final: dict[str, float] | None = None
-        step = start_step
-        while step < total_steps:
-            n = min(config.steps_per_call, next_boundary(step) - step)
-            host_batches = [next(train_iter) for _ in range(n)]
-            with compile_log.kind("train step"):
-                if n == 1:
-                    batch = parallel.put_batch(host_batches[0])
-                    device_state, metrics = built.train_step(device_state, batch)
-                else:  # several optimizer steps in one call (lax.scan): config.steps_per_call
-                    batches = parallel.put_batches(host_batches)
-                    device_state, metrics = built.train_steps(device_state, batches)
-            step += n
-            pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
-            saves.check(step)  # a save that failed (disk full) stops the run here
-            ended = after_step is not None and after_step(
-                StepEnd(step, total_steps, host_batches, current_params)
-            )
-            signalled = stop.requested(step, every=config.log_every_steps)
 
-            last = step == total_steps or ended
-            do_eval = not signalled and (
-                last or (config.eval_every_steps and step % config.eval_every_steps == 0)
-            )
-            do_save = (
-                last
-                or signalled
-                or (config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-            )
-            if step % config.log_every_steps == 0 or do_eval or do_save:
-                # ------------------------------------------------------------ fetch and log
-                host = [
-                    item
-                    for end, n, m in pending
-                    for item in _per_step(end, n, parallel.get_replicated(m))
-                ]
-                pending.clear()
-                _check_finite(host)
-                summary = summarize(sum_tree([m for _, m in host]))
-                summary["learning_rate"] = float(host[-1][1]["learning_rate"])
-                summary["grad_norm"] = float(np.mean([m["grad_norm"] for _, m in host]))
-                summary["epoch"] = train_iter.epoch
-                line = progress.line(step, summary, f" | epoch {train_iter.epoch}")
-                summary["steps_per_sec"] = progress.steps_per_sec
-                summary["tokens_per_sec"] = progress.tokens_per_sec
-                writer.write(step, "train", summary)
-                log(line)
-            if do_save:
-                checkpoint(step)  # asynchronous write; NaN states never get here
-            if signalled:  # `saves.close()` below waits for the save before this is reported
-                raise preemption.Preempted(signalled, step)
-            if do_eval:
-                final = evaluate(step)
-            if ended:
-                break
+def _nothing_to_train(
+    run: Run, device_params: Any, start_step: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(final eval metrics, last train summary) of a run whose checkpoint is at its last step:
+    evaluated again, recorded nowhere (metrics.jsonl has it); the train loss from the log."""
+    log("Nothing to train: the checkpoint is at step %d of %d.", start_step, run.total_steps)
+    final = evaluate(run, device_params, start_step, record=False)
+    previous = history.last_record(run.workdir, "train") if jax.process_index() == 0 else None
+    if previous and previous.get("loss") is not None:
+        return final, {"loss": previous["loss"]}
+    return final, {}
 
-        # ---------------------------------------------------------------- final evaluation
-        if final is None:  # nothing left to train: the checkpoint was already at the last step
-            log("Nothing to train: the checkpoint is at step %d of %d.", start_step, total_steps)
-            final = evaluate(start_step, record=False)  # already in metrics.jsonl
-            previous = history.last_record(workdir, "train") if is_main else None
-            if previous and previous.get("loss") is not None:
-                summary = {"loss": previous["loss"]}
-        signalled = stop.requested(step, every=1)  # during the final evaluation
-        if signalled:  # the last step is saved: the same command evaluates again
-            raise preemption.Preempted(signalled, step)
-    finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
-        stop.restore()
-        saves.close()
-        writer.close()
-    if "loss" in summary:
-        final["train_loss"] = summary["loss"]
-    log("Final validation: %s", json.dumps({k: round(v, 4) for k, v in final.items()}))
-    return final
+
+def _tokenizer_dir(workdir: Path, init_from: Path | None) -> Path | None:
+    """The run's saved tokenizers, else those of the run it fine-tunes; None: none saved."""
+    own = workdir / ckpt.TOKENIZER_DIR
+    if own.is_dir():
+        return own
+    return init_from / ckpt.TOKENIZER_DIR if init_from is not None else None
+
+
+def _saved_tokenizers(workdir: Path, init_from: Path | None) -> tuple[Any, Any] | None:
+    """(source, target) tokenizers of `_tokenizer_dir`, or None if there are none."""
+    directory = _tokenizer_dir(workdir, init_from)
+    return ckpt.load_workdir_tokenizers(directory) if directory else None
+
+
+def _record_run(
+    config: ml_collections.ConfigDict,
+    workdir: Path,
+    changes: list[ConfigChange],
+    pipeline: data_lib.InputPipeline,
+    init_from: Path | None,
+) -> None:
+    """Records the config of the run (with the accepted changes of a resume, logged), and
+    its tokenizers and truecaser (or the fine-tuned run's) unless the workdir has them."""
+    log_changes(changes, workdir)
+    ckpt.save_config(config, workdir)
+    own = workdir / ckpt.TOKENIZER_DIR
+    if not own.is_dir():
+        data_lib.save_tokenizers(pipeline.src_tokenizer, pipeline.tgt_tokenizer, own)
+        ckpt.save_truecaser(pipeline.truecaser, own, _tokenizer_dir(workdir, init_from))
+
+
+def _next_boundary(config: ml_collections.ConfigDict, step: int, total_steps: int) -> int:
+    """The first step after `step` that logs, evaluates, checkpoints or ends the run."""
+    ends = [total_steps]
+    for every in (config.log_every_steps, config.eval_every_steps, config.checkpoint_every_steps):
+        if every:
+            ends.append((step // every + 1) * every)
+    return min(ends)
+
+
+def _every(step: int, every: int) -> bool:
+    return bool(every) and step % every == 0
+
+
+def _train_call(built: Built, device_state: Any, host_batches: list[dict]) -> tuple[Any, Any]:
+    """One device call: one optimizer step, or several in one `lax.scan` (steps_per_call)."""
+    if len(host_batches) == 1:
+        return built.train_step(device_state, built.parallel.put_batch(host_batches[0]))
+    return built.train_steps(device_state, built.parallel.put_batches(host_batches))
 
 
 def _per_step(
@@ -386,41 +465,3 @@ def _check_finite(host_metrics: list[tuple[int, dict[str, np.ndarray]]]) -> None
                     "this state is not saved. Lower learning_rate or set clip_norm (a resume "
                     "with --config.learning_rate=... is accepted and recorded)."
                 )
-
-
-def _save_config(
-    config: ml_collections.ConfigDict, workdir: Path, changes: list[ConfigChange]
-) -> None:
-    """Records the config of the run (with the accepted changes of a resume, logged)."""
-    log_changes(changes, workdir)
-    ckpt.save_config(config, workdir)
-
-
-def _bleu(config, params, model_config, pipeline, writer, step) -> float | None:
-    """sacreBLEU (detokenised) on `eval.num_bleu_examples` evenly spaced validation pairs."""
-    n = config.eval.num_bleu_examples
-    if not n:
-        return None
-    pairs = data_lib.spread_subset(pipeline.eval_pairs, n)
-    start = time.perf_counter()
-    translator = Translator.from_params(
-        model_config, params, pipeline.src_tokenizer, pipeline.tgt_tokenizer, config=config
-    )
-    # warn=False: a sentence longer than the training limit is translated whole, silently.
-    with compile_log.kind("decode"):
-        hypotheses = translator.translate([src for src, _ in pairs], warn=False)
-    bleu = corpus_bleu(
-        [translator.detokenize(h) for h in hypotheses],
-        [translator.detokenize(t) for _, t in pairs],
-    )
-    k = config.eval.num_examples_to_show
-    shown = [
-        f"{src} => {hyp}  (ref: {tgt})"
-        for (src, tgt), hyp in zip(pairs[:k], hypotheses[:k], strict=True)
-    ]
-    for line in shown:
-        log("  %s", line)
-    if writer is not None:
-        writer.write_text(step, "eval/translations", "\n\n".join(shown))
-    log("BLEU on %d pairs: %.2f (%.1fs)", len(pairs), bleu, time.perf_counter() - start)
-    return bleu

@@ -33,7 +33,7 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.workdir import checkpoints as ckpt
 
 FREE_KEYS = frozenset(
     {

@@ -1,10 +1,10 @@
-"""training/read_noise.py: only the echoes of abandoned checkpoint reads are dropped."""
+"""workdir/read_noise.py: only the echoes of abandoned checkpoint reads are dropped."""
 
 from __future__ import annotations
 
 import logging
 
-from transformer_jax.training.read_noise import quiet_failed_reads
+from transformer_jax.workdir.read_noise import quiet_failed_reads
 
 
 def _task_error(logger: logging.Logger) -> None:

@@ -1,5 +1,5 @@
-"""Orbax checkpoints in the workdir and the workdir layout (inference reads them through
-`inference.Translator.from_workdir`, which restores the parameters only).
+"""Orbax checkpoints in the workdir and the workdir layout (training saves and restores the
+whole state here; `workdir.params` reads the parameters alone, for inference and fine-tunes).
 
 Workdir layout (everything a run needs to resume or translate):
 
@@ -34,8 +34,11 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from transformer_jax.training.read_noise import quiet_failed_reads
-from transformer_jax.training.state_checks import (
+from transformer_jax.data import check_vocabulary, load_tokenizer, load_tokenizers
+from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
+from transformer_jax.nn import ModelConfig
+from transformer_jax.workdir.read_noise import quiet_failed_reads
+from transformer_jax.workdir.state_checks import (
     DIGEST_KEY,
     StateShapeError,
     check_restored,
@@ -100,8 +103,6 @@ def load_workdir_tokenizers(directory: str | Path) -> tuple[Any, Any]:
     A checkpoint's embeddings fit only the exact vocabulary it was trained with, so the fix
     is the run's own files (a copy), never a retrained tokenizer.
     """
-    from transformer_jax.data import load_tokenizers
-
     try:
         return load_tokenizers(directory)
     except Exception as error:  # sentencepiece, json and the file system raise many types
@@ -114,8 +115,6 @@ def load_workdir_tokenizers(directory: str | Path) -> tuple[Any, Any]:
 
 def _damaged_tokenizer_file(directory: Path) -> Path:
     """The file of `directory/source|target` that does not load (the directory if unknown)."""
-    from transformer_jax.data import load_tokenizer
-
     for side in ("source", "target"):
         side_dir = directory / side
         try:
@@ -152,8 +151,6 @@ def vocabulary_meta(src_tokenizer: Any, tgt_tokenizer: Any) -> dict[str, Any]:
 
 def check_vocabulary_meta(meta: dict[str, Any], src_tokenizer: Any, tgt_tokenizer: Any) -> None:
     """Raises `VocabularyMismatchError` if the tokenizers are not the checkpoint's."""
-    from transformer_jax.data import check_vocabulary
-
     check_vocabulary(src_tokenizer, meta["src_fingerprint"], meta["src_vocab_size"], what="source")
     check_vocabulary(tgt_tokenizer, meta["tgt_fingerprint"], meta["tgt_vocab_size"], what="target")
 
@@ -332,8 +329,6 @@ def _quarantine(manager: ocp.CheckpointManager, directory: Path, reason: str) ->
 def save_truecaser(truecaser: Any, tokenizer_dir: Path, from_dir: Path | None = None) -> None:
     """Writes a run's truecaser beside its tokenizers: `truecaser` if given, else a copy of
     the one in `from_dir` (the tokenizers' origin, e.g. a fine-tune's `--init_from` run)."""
-    from transformer_jax.data.truecasing import TRUECASER_FILE
-
     if truecaser is not None:
         truecaser.save(tokenizer_dir / TRUECASER_FILE)
     elif from_dir is not None and (from_dir / TRUECASER_FILE).is_file():
@@ -343,17 +338,22 @@ def save_truecaser(truecaser: Any, tokenizer_dir: Path, from_dir: Path | None = 
 def load_truecaser(workdir: str | Path) -> Any:
     """The `Truecaser` saved with a run's tokenizers, None if it has none (data kept as
     written, or a run from before tables were saved: `Translator.text_truecaser`)."""
-    from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
-
     path = Path(workdir) / TOKENIZER_DIR / TRUECASER_FILE
     return Truecaser.load(path) if path.is_file() else None
+
+
+def model_config_from(
+    config: ml_collections.ConfigDict, src_vocab_size: int, tgt_vocab_size: int
+) -> ModelConfig:
+    """The training-mode ModelConfig of a run config, with vocabulary sizes from the tokenizers."""
+    return ModelConfig.from_dict(
+        config.model.to_dict(), src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size
+    )
 
 
 def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, Any]:
     """(config, source tokenizer, target tokenizer, training-mode ModelConfig) of a workdir
     that has checkpoints; `NoCheckpointError` (saying how to train one) otherwise."""
-    from transformer_jax.training.state import model_config_from
-
     workdir = Path(workdir)
     config = load_config(workdir)
     checkpoint_dir = workdir.absolute() / CHECKPOINT_DIR

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.training.checkpoints import (
+from transformer_jax.workdir.checkpoints import (
     CHECKPOINT_DIR,
     CORRUPT_DIR,
     METRICS_FILE,

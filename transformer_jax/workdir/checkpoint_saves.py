@@ -25,7 +25,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from transformer_jax.training import checkpoints as ckpt
+from transformer_jax.workdir import checkpoints as ckpt
 
 
 class CheckpointSaveError(RuntimeError):

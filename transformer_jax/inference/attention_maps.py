@@ -1,4 +1,4 @@
-"""Attention weights of one sentence pair, for the heatmaps of `plots.plot_attention`
+"""Attention weights of one sentence pair, for the heatmaps of `evaluation.plots.plot_attention`
 (d2l §11.7.6).
 
 maps = attention_weights(model_config, params, src_ids, tgt_ids)   # AttentionMaps

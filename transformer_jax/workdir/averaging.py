@@ -5,9 +5,13 @@ and usually gains a little BLEU for free (Vaswani et al. 2017, §6.1: the base m
 the last 5 checkpoints, the big ones the last 20; fairseq's `scripts/average_checkpoints.py`,
 tensor2tensor's `avg_checkpoints.py`).
 
-    params, steps = average_checkpoints(workdir, last_n=3)
-    write_averaged_checkpoint(workdir, 3, output_workdir)  # a workdir evaluate/translate read
-    Translator.from_workdir(workdir, average_last=3)       # the same, without writing
+    params, steps = params.average_checkpoints(workdir, last_n=3)  # `workdir.params`
+    Translator.from_workdir(workdir, average_last=3)       # the same, as a translator
+    write_averaged_checkpoint(workdir, 3, output_workdir,  # a workdir evaluate/translate read
+                              abstract_state=training.state.abstract_run_state(workdir))
+
+An averaged workdir keeps the newest checkpoint's optimizer state, whose tree only the
+training layer knows: its caller passes the abstract state (`training.state.abstract_run_state`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from transformer_jax.training import checkpoints as ckpt
-from transformer_jax.training.read_noise import quiet_failed_reads
-from transformer_jax.training.state_checks import StateShapeError, check_restored
+from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir.read_noise import quiet_failed_reads
+from transformer_jax.workdir.state_checks import StateShapeError, check_restored
 
 R = TypeVar("R")
 
@@ -205,7 +209,7 @@ def restore_averaged(
     The rest of the state (step, opt_state, rng) and the data position are the newest
     checkpoint's; `steps` ascend. Each state is checked as a resume checks it
     (`state_checks.check_restored`). Used to write an averaged workdir, which needs the
-    whole state; translating needs only the params (`inference.restore.restore_params`).
+    whole state; translating needs only the params (`params.restore_params`).
     """
 
     def read(step: int) -> tuple[Any, dict, dict]:
@@ -219,49 +223,19 @@ def restore_averaged(
     return (state.replace(params=params), data, meta), tuple(sorted(s for s, _ in found))
 
 
-def _open(workdir: Path) -> tuple[ocp.CheckpointManager, Any]:
-    """A read-only manager over a run's checkpoints and the abstract TrainState to restore."""
-    from transformer_jax.training.optimizer import make_optimizer
-    from transformer_jax.training.state import abstract_train_state
-
-    config, _, _, model_config = ckpt.load_run(workdir)
-    # Shapes only: any run length will do for a decaying schedule.
-    tx, _ = make_optimizer(config, model_config.model_dim, total_steps=1)
-    manager = ckpt.make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
-    return manager, abstract_train_state(model_config, tx)
-
-
-def _restore_averaged_workdir(
-    workdir: Path, last_n: int
-) -> tuple[tuple[Any, dict, dict], tuple[int, ...]]:
-    manager, abstract_state = _open(workdir)
-    try:
-        return restore_averaged(manager, abstract_state, last_n)
-    finally:
-        manager.close()
-
-
-def average_checkpoints(workdir: str | Path, last_n: int) -> tuple[Any, tuple[int, ...]]:
-    """(params, steps): the mean params of the run's last `last_n` readable checkpoints.
-
-    Reads the params only (`inference.Translator.from_workdir`). `steps` ascend. Raises
-    `TooFewCheckpointsError` if the workdir keeps fewer.
-    """
-    from transformer_jax.inference import Translator
-
-    translator = Translator.from_workdir(workdir, average_last=last_n)
-    return translator.params, translator.averaged_steps
-
-
 # --- writing an averaged workdir ---------------------------------------------------------
 
 
-def write_averaged_checkpoint(workdir: str | Path, last_n: int, output_workdir: str | Path) -> Path:
+def write_averaged_checkpoint(
+    workdir: str | Path, last_n: int, output_workdir: str | Path, *, abstract_state: Any
+) -> Path:
     """Writes a new workdir holding the average of `workdir`'s last `last_n` checkpoints.
 
-    `output_workdir` gets the run's config.json and tokenizer/ and one checkpoint at the newest
-    averaged step: the averaged params, the newest checkpoint's step, opt_state, rng and data
-    position, and `"averaged_steps": [...]` in its meta. `experiments.evaluate` and
+    `abstract_state`: the shapes of the run's whole TrainState, model and optimizer
+    (`training.state.abstract_run_state(workdir)`). `output_workdir` gets the run's
+    config.json and tokenizer/ and one checkpoint at the newest averaged step: the averaged
+    params, the newest checkpoint's step, opt_state, rng and data position, and
+    `"averaged_steps": [...]` in its meta. `experiments.evaluate` and
     `experiments.translate` read it as any workdir. Returns `output_workdir`.
     """
     workdir, output = Path(workdir), Path(output_workdir)
@@ -277,7 +251,12 @@ def write_averaged_checkpoint(workdir: str | Path, last_n: int, output_workdir: 
             f"{existing} already has checkpoints; refusing to add an averaged one to them. "
             "Delete it or choose another output_workdir."
         )
-    (state, data, meta), steps = _restore_averaged_workdir(workdir, last_n)
+    config = ckpt.load_config(workdir)
+    manager = ckpt.make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
+    try:
+        (state, data, meta), steps = restore_averaged(manager, abstract_state, last_n)
+    finally:
+        manager.close()
 
     output.mkdir(parents=True, exist_ok=True)
     shutil.copy2(workdir / ckpt.CONFIG_FILE, output / ckpt.CONFIG_FILE)

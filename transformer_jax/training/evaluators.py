@@ -1,0 +1,41 @@
+"""What the train loop hands its evaluators, and what it takes back (big_vision's evaluators).
+
+    train_and_evaluate(config, workdir, evaluators=[ValidationBleu])   # evaluation.evaluators
+
+Each entry of `evaluators` is called once, when the run's tokenizers and model exist, with an
+`EvalContext`, and returns an `Evaluator`. At every evaluation the loop computes the
+validation loss itself, then calls each evaluator with the current parameters (host numpy)
+and the step. An evaluator returns named results: numbers are eval metrics (metrics.jsonl,
+TensorBoard, the eval log line, the final validation dict), strings are text summaries
+(TensorBoard's text tab, e.g. sample translations).
+
+The loop knows nothing of what an evaluator does, so `training/` imports neither
+`inference/` nor `evaluation/`: a launcher chooses the evaluators (experiments/train.py,
+the notebook). Evaluators run on process 0 only (they translate on its local devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ml_collections
+
+from transformer_jax.nn import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalContext:
+    """What an evaluator may know of the run it evaluates."""
+
+    config: ml_collections.ConfigDict  # the run config
+    model_config: ModelConfig  # deterministic: the model in eval mode
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+    eval_pairs: Sequence[tuple[str, str]]  # the validation pairs, as the data stores them
+
+
+# (host params, step) -> {name: number (an eval metric) | str (a text summary)}
+Evaluator = Callable[[Any, int], dict[str, float | str]]
+MakeEvaluator = Callable[[EvalContext], Evaluator]
