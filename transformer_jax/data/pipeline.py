@@ -78,29 +78,117 @@ def create_input_pipeline(
     `cache_dir` holds trained SentencePiece models; default `<data_dir>/tokenizers`.
     `tokenizers` (source, target), e.g. a workdir's saved ones, are used instead of building
     them from the config; built ones come with the training targets' `truecaser` (cached there
-    too).
-    Every process reads the same splits and derives the same global order; each then
-    materialises only its own slice of every batch.
-    `cfg` is checked before, once, with the whole run config (`training.validate_config`, or
-    `data.validate_data_config` alone): building starts here.
+    too). Every process reads the same splits and derives the same global order; each then
+    materialises only its own slice of every batch. `cfg` is checked before, once, with the
+    whole run config (`training.validate_config`, or `data.validate_data_config` alone).
     """
+    # Load the splits. Validation pairs evenly spaced, not the first n: fra-eng's splits are
+    # stored shortest first.
     train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
     eval_pairs = sources.load_split_pairs(cfg, cfg.eval_split)
     test_pairs = sources.load_split_pairs(cfg, cfg.test_split)
-    # Evenly spaced, not the first n: fra-eng's splits are stored shortest first.
     eval_pairs = sources.spread_subset(eval_pairs, cfg.num_eval_examples)
+    # Tokenizers: the given ones, or built (and cached) from the training pairs.
+    src_tok, tgt_tok, truecaser = _tokenizers(cfg, train_pairs, cache_dir, tokenizers)
+    # Encode: the training pairs (joined pairs added, subword sampling), eval and test pairs.
+    train_encoded, sampling, stats = _encode_train(cfg, train_pairs, src_tok, tgt_tok)
+    eval_encoded = _encode(cfg, eval_pairs, src_tok, tgt_tok)
+    test_encoded = _encode(cfg, test_pairs, src_tok, tgt_tok)
+    # The iterator: shuffled, in length buckets or packed rows, resumable.
+    boundaries = _bucket_boundaries(cfg)
+    train_iter = _train_iterator(
+        cfg, train_encoded, sampling, boundaries, row_multiple, process_index, process_count
+    )
+    # The summary: split sizes (and skipped pairs), vocabularies, how full the rows are.
+    splits = (train_pairs, eval_pairs, test_pairs), (train_encoded, eval_encoded, test_encoded)
+    sizes = _split_sizes(cfg, *splits)
+    _log_summary(cfg, sizes, src_tok, tgt_tok, boundaries, train_iter, *splits)
+    return InputPipeline(
+        train_iter=train_iter,
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        eval_pairs=eval_pairs,
+        test_pairs=test_pairs,
+        eval_encoded=eval_encoded,
+        test_encoded=test_encoded,
+        split_sizes=sizes,
+        train_lengths=stats,
+        row_multiple=row_multiple,
+        process_index=process_index,
+        process_count=process_count,
+        global_batch=cfg.batch_size,
+        truecaser=truecaser,
+    )
+
+
+def _tokenizers(
+    cfg: ml_collections.ConfigDict,
+    train_pairs: list[tuple[str, str]],
+    cache_dir: str | Path | None,
+    given: tuple[Tokenizer, Tokenizer] | None,
+) -> tuple[Tokenizer, Tokenizer, Truecaser | None]:
+    """(source, target, truecaser): `given` without a truecaser, else built from the
+    training pairs (`data.tokenizers`, `data.truecase_table`) and cached in `cache_dir`."""
+    if given is not None:
+        return *given, None
     cache_dir = Path(cache_dir) if cache_dir is not None else Path(cfg.data_dir) / "tokenizers"
-    truecaser = None
-    if tokenizers is not None:
-        src_tok, tgt_tok = tokenizers
-    else:
-        src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
-        truecaser = build_truecaser(cfg, train_pairs, cache_dir)
+    src_tok, tgt_tok = build_tokenizers(cfg, train_pairs, cache_dir)
+    return src_tok, tgt_tok, build_truecaser(cfg, train_pairs, cache_dir)
 
-    def encode(pairs):
-        tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
-        return pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
 
+def _train_iterator(
+    cfg: ml_collections.ConfigDict,
+    train_encoded: EncodedPairs,
+    sampling: SubwordSampling | None,
+    boundaries: list[int] | None,
+    row_multiple: int,
+    process_index: int,
+    process_count: int,
+) -> batching.TrainIterator:
+    """The resumable iterator of this process's training batches (`data.batching`)."""
+    return batching.TrainIterator(
+        train_encoded,
+        global_batch=cfg.batch_size,
+        row_multiple=row_multiple,
+        process_index=process_index,
+        process_count=process_count,
+        seed=cfg.shuffle_seed,
+        bucket_boundaries=boundaries,
+        drop_remainder=cfg.drop_remainder,
+        batch_tokens=cfg.batch_tokens,
+        sampling=sampling,
+        packing=cfg.packing,
+    )
+
+
+def _bucket_boundaries(cfg: ml_collections.ConfigDict) -> list[int] | None:
+    """The length buckets' widths (`data.bucketing`); None without buckets."""
+    if not cfg.bucketing:
+        return None
+    return bucketing.resolve_boundaries(
+        cfg.bucket_boundaries, cfg.bucket_step, cfg.max_src_len, cfg.max_tgt_len
+    )
+
+
+def _encode(
+    cfg: ml_collections.ConfigDict,
+    pairs: list[tuple[str, str]],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+) -> EncodedPairs:
+    """Text pairs -> padded id arrays within the length limits (one pair a row)."""
+    tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
+    return pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
+
+
+def _encode_train(
+    cfg: ml_collections.ConfigDict,
+    train_pairs: list[tuple[str, str]],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+) -> tuple[EncodedPairs, SubwordSampling | None, lengths.LengthStats]:
+    """(encoded training pairs, subword sampling or None, length statistics of the real pairs):
+    the statistics logged first, then joined pairs added (`data.concat_fraction`)."""
     train_tokens = tokenize_pairs(train_pairs, src_tok, tgt_tok)
     stats = lengths.length_stats(
         train_tokens.src_len, train_tokens.tgt_len, cfg.max_src_len, cfg.max_tgt_len
@@ -142,41 +230,38 @@ def create_input_pipeline(
             cfg.sp_sampling_alpha,
             cfg.sp_sampling_nbest,
         )
-    del train_tokens  # the lists of ids are large; the packed arrays are what batches read
-    eval_encoded = encode(eval_pairs)
-    test_encoded = encode(test_pairs)
+    # The lists of ids are large and dropped here; the packed arrays are what batches read.
+    return train_encoded, sampling, stats
 
-    boundaries = None
-    if cfg.bucketing:
-        boundaries = bucketing.resolve_boundaries(
-            cfg.bucket_boundaries, cfg.bucket_step, cfg.max_src_len, cfg.max_tgt_len
-        )
-    train_iter = batching.TrainIterator(
-        train_encoded,
-        global_batch=cfg.batch_size,
-        row_multiple=row_multiple,
-        process_index=process_index,
-        process_count=process_count,
-        seed=cfg.shuffle_seed,
-        bucket_boundaries=boundaries,
-        drop_remainder=cfg.drop_remainder,
-        batch_tokens=cfg.batch_tokens,
-        sampling=sampling,
-        packing=cfg.packing,
-    )
+
+def _split_sizes(
+    cfg: ml_collections.ConfigDict,
+    pairs: tuple[list[tuple[str, str]], ...],
+    encoded: tuple[EncodedPairs, ...],
+) -> dict[str, int]:
+    """The pairs of each split, the selected ones (train, eval, test) and those beyond the
+    length limits."""
     sizes = sources.split_sizes(cfg)
-    sizes.update(
-        {
-            "selected_train": len(train_pairs),
-            "selected_eval": len(eval_pairs),
-            "selected_test": len(test_pairs),
-            # Pairs beyond data.max_src_len / max_tgt_len (long_pairs="skip"): never trained
-            # on, and left out of the teacher-forced eval loss (BLEU still translates them).
-            "skipped_train": train_encoded.num_skipped,
-            "skipped_eval": eval_encoded.num_skipped,
-            "skipped_test": test_encoded.num_skipped,
-        }
-    )
+    # Pairs beyond data.max_src_len / max_tgt_len (long_pairs="skip"): never trained on, and
+    # left out of the teacher-forced eval loss (BLEU still translates them).
+    for name, selected in zip(("train", "eval", "test"), pairs, strict=True):
+        sizes[f"selected_{name}"] = len(selected)
+    for name, within in zip(("train", "eval", "test"), encoded, strict=True):
+        sizes[f"skipped_{name}"] = within.num_skipped
+    return sizes
+
+
+def _log_summary(
+    cfg: ml_collections.ConfigDict,
+    sizes: dict[str, int],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    boundaries: list[int] | None,
+    train_iter: batching.TrainIterator,
+    pairs: tuple[list[tuple[str, str]], ...],
+    encoded: tuple[EncodedPairs, ...],
+) -> None:
+    """What was read and how it is batched: split and vocabulary sizes, buckets, packing."""
     logging.info(
         "Data: %s, split sizes %s, vocab sizes %d/%d (%s), bucket boundaries %s",
         cfg.name,
@@ -186,6 +271,7 @@ def create_input_pipeline(
         cfg.tokenizer,
         boundaries,
     )
+    train_encoded, eval_encoded, test_encoded = encoded
     if cfg.packing:
         fill = packing.plan_fill(train_iter.epoch_plan, train_encoded, train_iter.packed_rows)
         logging.info(
@@ -204,25 +290,9 @@ def create_input_pipeline(
             "(never cut); %d validation and %d test pairs are left out of the teacher-forced "
             "loss only",
             train_encoded.num_skipped,
-            len(train_pairs),
+            len(pairs[0]),
             cfg.max_src_len,
             cfg.max_tgt_len,
             eval_encoded.num_skipped,
             test_encoded.num_skipped,
         )
-    return InputPipeline(
-        train_iter=train_iter,
-        src_tokenizer=src_tok,
-        tgt_tokenizer=tgt_tok,
-        eval_pairs=eval_pairs,
-        test_pairs=test_pairs,
-        eval_encoded=eval_encoded,
-        test_encoded=test_encoded,
-        split_sizes=sizes,
-        train_lengths=stats,
-        row_multiple=row_multiple,
-        process_index=process_index,
-        process_count=process_count,
-        global_batch=cfg.batch_size,
-        truecaser=truecaser,
-    )
