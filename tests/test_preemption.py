@@ -30,6 +30,7 @@ def test_the_first_signal_is_recorded_and_the_handlers_are_put_back(capfd):
         raise AssertionError("not called while the run's handlers are installed")
 
     old = signal.signal(signal.SIGTERM, previous)
+    old_int = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under xdist
     try:
         stop = preemption.StopSignals.install()
         assert stop.requested(1, every=1) is None
@@ -40,7 +41,7 @@ def test_the_first_signal_is_recorded_and_the_handlers_are_put_back(capfd):
         assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
         stop.restore()
         assert signal.getsignal(signal.SIGTERM) is previous
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is old_int
     finally:
         signal.signal(signal.SIGTERM, old)
     assert "SIGTERM received: stopping after this step" in capfd.readouterr().err

@@ -167,13 +167,17 @@ def test_nan_loss_stops_the_run_and_is_never_saved(tmp_path):
     )
     output, _ = process.communicate(timeout=300)
     assert process.returncode != 0
-    assert "NonFiniteLossError" in output and "at step 2" in output, output[-3000:]
+    # One FATAL line (issue 39), no traceback.
+    assert "FATAL: loss is nan at step 2: the run is stopped" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
     saved = sorted(p.name for p in (tmp_path / "nan" / "checkpoints").iterdir())
     assert saved == ["1"], saved  # complete; no temporary or NaN step 2 directory
 
 
 def test_no_checkpoint_error_names_directory_and_command(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
+    from configs import fra_eng
+
+    ckpt.save_config(fra_eng.get_config("runlocal"), tmp_path)  # a run that never saved
     from transformer_jax.inference import Translator
 
     with pytest.raises(ckpt.NoCheckpointError, match="experiments.train") as error:

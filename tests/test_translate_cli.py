@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from configs import fra_eng
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.data.text_form import clean_text
@@ -241,7 +242,9 @@ def test_evaluate_command_splits_decoding_over_cpu_devices(workdir, tmp_path):
 def test_commands_apply_the_runs_process_settings(tmp_path, command):
     """translate and evaluate call `runtime.configure_process` with the run's config (as
     training does): a bad setting there stops them with one FATAL line naming it."""
-    (tmp_path / "config.json").write_text(json.dumps({"threefry_lowering": "bogus"}))
+    config = fra_eng.get_config("runlocal")
+    config.threefry_lowering = "bogus"
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     sentences = ["go ."] if command == "translate" else []
     proc = subprocess.run(
         [sys.executable, "-m", f"experiments.{command}", f"--workdir={tmp_path}", *sentences],
