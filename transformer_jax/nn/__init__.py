@@ -3,6 +3,7 @@
 from transformer_jax.nn.attention import MultiHeadAttention
 from transformer_jax.nn.blocks import DecoderBlock, EncoderBlock
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.einsum import Einsum
 from transformer_jax.nn.embedding import Embed, PositionalEncoding
 from transformer_jax.nn.feed_forward import FeedForward
 from transformer_jax.nn.normalization import Norm
@@ -14,6 +15,7 @@ __all__ = [
     "CausalLM",
     "Decoder",
     "DecoderBlock",
+    "Einsum",
     "Embed",
     "Encoder",
     "EncoderBlock",

@@ -8,55 +8,17 @@ The parameter tree (query/key/value/out with kernel and bias) matches
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.einsum import Einsum
 
 Array = jnp.ndarray
-
-
-class HeadProjection(nn.Module):
-    """(B, T, D) -> (B, H, T, K) with a (D, H, K) kernel and an (H, K) bias."""
-
-    num_heads: int
-    head_dim: int
-    use_bias: bool
-    dtype: jnp.dtype
-    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
-
-    @nn.compact
-    def __call__(self, x: Array) -> Array:
-        h, k = self.num_heads, self.head_dim
-        init = nn.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))
-        kernel = self.param("kernel", init, (x.shape[-1], h, k), jnp.float32)
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum("BTD,DHK->BHTK", x, kernel, out_dtype=jnp.float32, gradients=self.gradients)
-        if self.use_bias:
-            bias = self.param("bias", nn.initializers.zeros, (h, k), jnp.float32)
-            y = y + bias[None, :, None, :]
-        return y.astype(self.dtype)  # (B, H, T, K)
-
-
-class HeadOutput(nn.Module):
-    """(B, H, T, K) -> (B, T, D) with an (H, K, D) kernel: concatenate heads, then W_o."""
-
-    features: int
-    use_bias: bool
-    dtype: jnp.dtype
-    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
-
-    @nn.compact
-    def __call__(self, x: Array) -> Array:
-        init = nn.initializers.xavier_uniform(in_axis=(0, 1), out_axis=2)
-        kernel = self.param("kernel", init, (x.shape[1], x.shape[3], self.features), jnp.float32)
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum("BHTK,HKD->BTD", x, kernel, out_dtype=jnp.float32, gradients=self.gradients)
-        if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
-        return y.astype(self.dtype)  # (B, T, D)
 
 
 class MultiHeadAttention(nn.Module):
@@ -82,11 +44,14 @@ class MultiHeadAttention(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        h, k, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
-        self.query = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
-        self.key = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
-        self.value = HeadProjection(h, k, cfg.use_bias, dt, cfg.gradients)
-        self.out = HeadOutput(cfg.model_dim, cfg.use_bias, dt, cfg.gradients)
+        d, h, k = cfg.model_dim, cfg.num_heads, cfg.head_dim
+        projection = functools.partial(
+            Einsum, dtype=cfg.compute_dtype, gradients=cfg.gradients, use_bias=cfg.use_bias
+        )
+        self.query = projection("BTD,DHK->BHTK", (d, h, k))  # (B, T, D) -> (B, H, T, K)
+        self.key = projection("BTD,DHK->BHTK", (d, h, k))
+        self.value = projection("BTD,DHK->BHTK", (d, h, k))
+        self.out = projection("BHTK,HKD->BTD", (h, k, d))  # concatenate heads, then W_o
         if cfg.attention_kind == "additive":
             a = cfg.additive_dim or k
             init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
@@ -120,10 +85,10 @@ class MultiHeadAttention(nn.Module):
         if cfg.attention_kind == "dot":
             scores = ops.dot_product_scores(q, key, gradients=cfg.gradients)  # (B, H, T, S)
         else:
-            dt = cfg.compute_dtype
-            q_f = jnp.einsum("BHTK,HKA->BHTA", q, self.additive_query.astype(dt))
-            k_f = jnp.einsum("BHSK,HKA->BHSA", key, self.additive_key.astype(dt))
-            scores = ops.additive_scores(q_f, k_f, self.additive_v.astype(dt))  # (B, H, T, S)
+            q_f = self._additive_features(q, self.additive_query)  # (B, H, T, A)
+            k_f = self._additive_features(key, self.additive_key)  # (B, H, S, A)
+            v = self.additive_v.astype(cfg.compute_dtype)
+            scores = ops.additive_scores(q_f, k_f, v)  # (B, H, T, S)
 
         deterministic = cfg.deterministic or cfg.attention_dropout_rate == 0
         out, weights = ops.attend(
@@ -138,6 +103,20 @@ class MultiHeadAttention(nn.Module):
         out, weights = _ungroup_rows(out, groups), _ungroup_rows(weights, groups)
         self.sow("intermediates", "attention_weights", weights)
         return self.out(out)  # (B, T, D)
+
+    def _additive_features(self, x: Array, w: Array) -> Array:
+        """(B, H, T, K) -> (B, H, T, A): each head's own (K, A) projection of the scorer.
+
+        The einsum asks for heads first, the order its batched dot produces, and the result
+        is transposed after: in bfloat16, XLA:CPU has no float32-accumulating kernel for
+        "BHTK,HKA->BHTA" as one dot ("Unsupported element type for DotThunk::Execute: BF16
+        x BF16 = F32").
+        """
+        cfg = self.config
+        y = ops.dense(
+            "BHTK,HKA->HBTA", x, w, dtype=cfg.compute_dtype, gradients=cfg.gradients
+        )  # (H, B, T, A)
+        return y.swapaxes(0, 1)
 
     def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array, Array | None]:
         """Write this call's keys/values at the cache index; mask the unwritten slots.

@@ -33,14 +33,15 @@ class Embed(nn.Module):
         return (x * jnp.sqrt(float(self.config.model_dim))).astype(dt)
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
-        """(B, T, D) -> (B, T, V) logits against the embedding matrix."""
-        dt = self.config.compute_dtype
-        return ops.einsum(
+        """(B, T, D) -> (B, T, V) float32 logits against the embedding matrix."""
+        cfg = self.config
+        return ops.dense(
             "BTD,VD->BTV",
-            x.astype(dt),
-            self.table.astype(dt),
+            x,
+            self.table,
+            dtype=cfg.compute_dtype,
             out_dtype=jnp.float32,
-            gradients=self.config.gradients,
+            gradients=cfg.gradients,
         )
 
 

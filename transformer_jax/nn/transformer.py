@@ -8,8 +8,8 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax.numpy as jnp
 
-from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.einsum import Einsum
 from transformer_jax.nn.embedding import Embed
 from transformer_jax.nn.stacks import Decoder, Encoder
 
@@ -37,31 +37,6 @@ class Packing(NamedTuple):
         return cls(*(batch[key] for key in cls._fields))
 
 
-class Dense(nn.Module):
-    """(..., D) -> (..., N) with `kernel` (D, N) and `bias` (N,), flax.linen.Dense's tree.
-
-    The matmul is `ops.einsum`, so bfloat16 compute accumulates in float32 and the
-    float32 result is cast once, to `out_dtype`.
-    """
-
-    features: int
-    dtype: jnp.dtype
-    out_dtype: jnp.dtype
-    gradients: str = "autodiff"  # `ops.einsum`'s derivative rule
-
-    @nn.compact
-    def __call__(self, x: Array) -> Array:
-        init = nn.initializers.xavier_uniform()
-        kernel = self.param("kernel", init, (x.shape[-1], self.features), jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
-        lead = "ABCEFG"[: x.ndim - 1]  # batch-like axes: (B, T) for (B, T, D) inputs
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = ops.einsum(
-            f"{lead}D,DN->{lead}N", x, kernel, out_dtype=jnp.float32, gradients=self.gradients
-        )
-        return (y + bias).astype(self.out_dtype)
-
-
 class OutputProjection(nn.Module):
     """(B, T, D) -> (B, T, V) float32 logits, tied to `embed` or with its own kernel."""
 
@@ -74,9 +49,16 @@ class OutputProjection(nn.Module):
         if self.embed is not None:
             return self.embed.attend(x)  # float32
         cfg = self.config
-        return Dense(self.vocab_size, cfg.compute_dtype, jnp.float32, cfg.gradients, name="dense")(
-            x
+        dense = Einsum(
+            "BTD,DV->BTV",
+            (cfg.model_dim, self.vocab_size),
+            cfg.compute_dtype,
+            cfg.gradients,
+            use_bias=True,  # always: `config.use_bias` is about the attention projections
+            out_dtype=jnp.float32,
+            name="dense",
         )
+        return dense(x)
 
 
 class Transformer(nn.Module):

@@ -15,7 +15,7 @@ from transformer_jax.ops.masks import (
     segment_mask,
     valid_length_mask,
 )
-from transformer_jax.ops.matmul import GRADIENTS, ForwardModeError, einsum
+from transformer_jax.ops.matmul import GRADIENTS, ForwardModeError, dense, einsum
 from transformer_jax.ops.norms import layer_norm, rms_norm
 from transformer_jax.ops.positional import sinusoidal_rows, sinusoidal_table
 from transformer_jax.ops.softmax import masked_softmax, softmax
@@ -28,6 +28,7 @@ __all__ = [
     "attend",
     "causal_mask",
     "combine_masks",
+    "dense",
     "dot_product_scores",
     "dropout",
     "einsum",

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.ops.dropout import dropout
-from transformer_jax.ops.matmul import einsum
+from transformer_jax.ops.matmul import dense
 
 Array = jnp.ndarray
 
@@ -37,7 +37,7 @@ def position_wise_ffn(
     Args:
       x: (B, T, D).
       w1: (D, F), b1: (F,), w2: (F, D), b2: (D,). Weights are cast to x.dtype (the
-        compute dtype); biases are added in float32.
+        compute dtype); biases are added in float32 (`ops.dense`).
       gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
 
     Returns:
@@ -45,19 +45,9 @@ def position_wise_ffn(
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
-    # Matmuls accumulate in float32 and the bias is added before rounding back to the
-    # compute dtype: one cast per layer, and a float32 bias gradient.
+    # The activation runs on the float32 sum (accumulation + bias), rounded once after it.
     dtype = x.dtype
-    h = einsum(
-        "BTD,DF->BTF", x, w1.astype(dtype), out_dtype=jnp.float32, gradients=gradients
-    )  # (B, T, F)
-    if b1 is not None:
-        h = h + b1
-    h = ACTIVATIONS[activation](h).astype(dtype)
+    h = dense("BTD,DF->BTF", x, w1, b1, dtype=dtype, out_dtype=jnp.float32, gradients=gradients)
+    h = ACTIVATIONS[activation](h).astype(dtype)  # (B, T, F)
     h = dropout(h, dropout_rate, dropout_rng, deterministic)
-    y = einsum(
-        "BTF,FD->BTD", h, w2.astype(dtype), out_dtype=jnp.float32, gradients=gradients
-    )  # (B, T, D)
-    if b2 is not None:
-        y = y + b2
-    return y.astype(dtype)
+    return dense("BTF,FD->BTD", h, w2, b2, dtype=dtype, gradients=gradients)  # (B, T, D)

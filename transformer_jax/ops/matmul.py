@@ -1,6 +1,7 @@
 """Two-operand einsum with a choice of derivative rules: JAX's own, or tuned gradient matmuls.
 
-Every matmul of the model goes through `einsum`. Its forward is `jnp.einsum` (float32
+Every matmul of the model goes through `einsum`, those with a weight through `dense` (the
+casts to and from the compute dtype around it). `einsum`'s forward is `jnp.einsum` (float32
 accumulation for low-precision operands, see below). Its derivatives come from one of two
 rules, `gradients=`:
 
@@ -83,6 +84,49 @@ def einsum(
     check_reverse_mode(f"einsum {spec!r}", a, b)
     a, b = _match_varying(a, b)
     return _einsum(spec, out_dtype, a, b)
+
+
+def dense(
+    spec: str,
+    x: Array,
+    w: Array,
+    bias: Array | None = None,
+    *,
+    dtype: jnp.dtype,
+    out_dtype: jnp.dtype | None = None,
+    gradients: str = "autodiff",
+) -> Array:
+    """The model's mixed-precision matmul with a weight: `einsum(spec, x, w) + bias`.
+
+    x and the weight (kept in float32) are cast to the compute `dtype`; the product
+    accumulates in float32, the float32 bias is added before rounding, and the result is
+    cast once, to `out_dtype`. Every weight of the model is applied here: through
+    `nn.Einsum` (the attention projections, the untied output), the FFN
+    (`position_wise_ffn`), the tied output (`nn.Embed.attend`) and the additive scorer.
+
+    Args:
+      spec: a two-operand spec, input then weight, e.g. "BTD,DHK->BHTK".
+      x: the input, any float dtype.
+      w: the weight.
+      bias: None, or the bias over the weight's output axes (`bias_axes(spec)`, e.g. (H, K)
+        for "BTD,DHK->BHTK"), broadcast over the others.
+      dtype: the compute dtype of the matmul.
+      out_dtype: the result's dtype, `dtype` by default; float32 for logits, and for an
+        activation that should see the sum before rounding (the FFN's).
+      gradients: the derivative rule of the matmul, "autodiff" or "tuned" (`einsum`).
+    """
+    y = einsum(spec, x.astype(dtype), w.astype(dtype), out_dtype=jnp.float32, gradients=gradients)
+    if bias is not None:
+        out = spec.split("->")[1]
+        axes = bias_axes(spec)
+        y = y + jnp.expand_dims(bias, [i for i, name in enumerate(out) if name not in axes])
+    return y.astype(out_dtype or dtype)
+
+
+def bias_axes(spec: str) -> str:
+    """The weight's output axes, in output order: "BTD,DHK->BHTK" -> "HK" (a bias's axes)."""
+    (x, w), out = spec.split("->")[0].split(","), spec.split("->")[1]
+    return "".join(i for i in out if i in w and i not in x)
 
 
 def check_reverse_mode(what: str, *operands) -> None:
