@@ -26,9 +26,9 @@ from jax.sharding import Mesh, PartitionSpec
 
 from transformer_jax.decoding import search, steps
 from transformer_jax.nn import ModelConfig
+from transformer_jax.runtime.axes import DATA_AXIS
 
 Array = jnp.ndarray
-DATA_AXIS = "data"
 
 
 def _step_and_state(config, params, src, src_len, max_decode_len, beam_size, use_cache, grow_cache):

@@ -23,8 +23,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from transformer_jax.runtime.axes import DATA_AXIS
+
 PARALLELISMS = ("pmap", "shard_map")
-AXIS = "data"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,7 @@ class DataParallel:
     def create(cls, kind: str) -> DataParallel:
         if kind not in PARALLELISMS:
             raise ValueError(f"parallelism={kind!r}; choose one of {PARALLELISMS}.")
-        return cls(kind=kind, mesh=Mesh(np.array(jax.devices()), (AXIS,)))
+        return cls(kind=kind, mesh=Mesh(np.array(jax.devices()), (DATA_AXIS,)))
 
     @property
     def num_local_devices(self) -> int:
@@ -48,28 +49,32 @@ class DataParallel:
     # --- mapping -------------------------------------------------------------------------
     def map_train_step(self, step_fn: Callable) -> Callable:
         """(state, batch) -> (state, metrics); the state argument is donated."""
-        fn = functools.partial(step_fn, axis_name=AXIS)
+        fn = functools.partial(step_fn, axis_name=DATA_AXIS)
         if self.kind == "pmap":
             return _pmap_replicated_state(fn, donate=True)
-        mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
+        mapped = jax.shard_map(
+            fn, mesh=self.mesh, in_specs=(P(), P(DATA_AXIS)), out_specs=(P(), P())
+        )
         return jax.jit(mapped, donate_argnums=(0,))
 
     def map_train_steps(self, steps_fn: Callable) -> Callable:
         """(state, batches) -> (state, metrics) for `train_steps`: the device batches of
         `put_batches`, with a steps axis N (metrics come back stacked, (N,))."""
-        fn = functools.partial(steps_fn, axis_name=AXIS)
+        fn = functools.partial(steps_fn, axis_name=DATA_AXIS)
         if self.kind == "pmap":
             return _pmap_replicated_state(fn, donate=True)
-        specs = (P(), P(None, AXIS))
+        specs = (P(), P(None, DATA_AXIS))
         mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=specs, out_specs=(P(), P()))
         return jax.jit(mapped, donate_argnums=(0,))
 
     def map_eval_step(self, step_fn: Callable) -> Callable:
         """(params, batch) -> metrics."""
-        fn = functools.partial(step_fn, axis_name=AXIS)
+        fn = functools.partial(step_fn, axis_name=DATA_AXIS)
         if self.kind == "pmap":
             return _pmap_replicated_state(fn, donate=False)
-        return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P()))
+        return jax.jit(
+            jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(DATA_AXIS)), out_specs=P())
+        )
 
     # --- host <-> device ---------------------------------------------------------------
     def put_replicated(self, tree: Any) -> Any:
@@ -92,7 +97,7 @@ class DataParallel:
         """
         if self.kind == "pmap":
             return {k: self._split_rows(k, v) for k, v in batch.items()}
-        sharding = NamedSharding(self.mesh, P(AXIS))
+        sharding = NamedSharding(self.mesh, P(DATA_AXIS))
         return {
             k: jax.make_array_from_process_local_data(sharding, self._check_rows(k, v))
             for k, v in batch.items()
@@ -109,7 +114,7 @@ class DataParallel:
                 k: np.stack([self._split_rows(k, b[k]) for b in batches], axis=1)
                 for k in batches[0]
             }  # (D_local, N, B_dev, ...)
-        sharding = NamedSharding(self.mesh, P(None, AXIS))
+        sharding = NamedSharding(self.mesh, P(None, DATA_AXIS))
         return {
             k: jax.make_array_from_process_local_data(
                 sharding, np.stack([self._check_rows(k, b[k]) for b in batches])
@@ -155,7 +160,7 @@ def _pmap_replicated_state(fn: Callable, donate: bool) -> Callable:
     """
     return jax.pmap(
         fn,
-        axis_name=AXIS,
+        axis_name=DATA_AXIS,
         in_axes=(None, 0),
         out_axes=None,
         donate_argnums=(0,) if donate else (),
