@@ -144,6 +144,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from configs import model as model_configs
     from transformer_jax.decoding import beam_decode, greedy_decode, sharded_decoder
+    from transformer_jax.decoding.defaults import DEFAULTS
     from transformer_jax.nn import ModelConfig
     from transformer_jax.training.config import training_defaults
 
@@ -176,7 +177,13 @@ def main(argv: list[str]) -> None:
         else:
             fn = lambda b=beam: (
                 beam_decode(  # noqa: E731
-                    cfg, params, src, src_len, beam_size=b, max_decode_len=length
+                    cfg,
+                    params,
+                    src,
+                    src_len,
+                    beam_size=b,
+                    max_decode_len=length,
+                    alpha=DEFAULTS["alpha"],
                 ).tokens
             )
         out = np.asarray(fn())
@@ -190,7 +197,9 @@ def main(argv: list[str]) -> None:
     if devices > 1 and FLAGS.batch % devices == 0:
         # The user's path with --cpu_devices: each device decodes its share of the rows.
         for beam in (int(b) for b in FLAGS.beam_sizes):
-            split = sharded_decoder(cfg, beam_size=beam, max_decode_len=length)
+            split = sharded_decoder(
+                cfg, beam_size=beam, max_decode_len=length, alpha=DEFAULTS["alpha"]
+            )
             fn = lambda d=split: d(params, src, src_len)  # noqa: E731
             name = "JAX " + ("greedy" if beam == 1 else f"beam {beam}")
             one_device = dict(settings)[name]

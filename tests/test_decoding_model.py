@@ -21,6 +21,8 @@ pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_DECODE_LEN = 12
+# The output budget a·W + b of decoding/defaults.py, no fixed length.
+BUDGET = dict(max_len_a=2.0, max_len_b=10, max_decode_len=None)
 
 
 def make_model(seed: int = 0, layers: int = 2):
@@ -133,7 +135,9 @@ def test_growing_cache_equals_a_full_size_cache_and_recomputation(model, beam):
     def run(**kw):
         if beam == 1:
             return greedy_decode(cfg, params, src, src_len, max_decode_len=length, **kw), None
-        out = beam_decode(cfg, params, src, src_len, beam_size=beam, max_decode_len=length, **kw)
+        out = beam_decode(
+            cfg, params, src, src_len, beam_size=beam, max_decode_len=length, alpha=0.6, **kw
+        )
         return out.tokens, out.scores
 
     (grown, grown_scores), (full, full_scores), (recomputed, recomputed_scores) = (
@@ -238,17 +242,21 @@ def test_a_large_call_decodes_with_one_program_per_width(model):
     lengths = np.concatenate([rng.integers(2, 16, 80), rng.integers(17, 61, 20)])
     sources = [[*rng.integers(4, cfg.src_vocab_size, n - 1).tolist(), EOS_ID] for n in lengths]
     with compile_log.recording() as log:
-        out = batch_decode.decode_ids(cfg, params, sources, beam_size=2, batch_size=16)
+        out = batch_decode.decode_ids(
+            cfg, params, sources, beam_size=2, batch_size=16, alpha=0.6, **BUDGET
+        )
     names = [p.name for p in log.programs if "per_device" in p.name]
     assert len(names) == 2, log.programs
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     for start in range(0, len(order), 16):
         chunk = order[start : start + 16]
         width = batch_decode.round_up(max(len(sources[i]) for i in chunk), 8)
-        budget = batch_decode.output_budget(width)
+        budget = batch_decode.output_budget(width, **BUDGET)
         src, src_len = batch_decode.pad_batch([sources[i] for i in chunk], len(chunk), width)
         want = np.asarray(
-            beam_decode(cfg, params, src, src_len, beam_size=2, max_decode_len=budget).tokens
+            beam_decode(
+                cfg, params, src, src_len, beam_size=2, max_decode_len=budget, alpha=0.6
+            ).tokens
         )[:, 0]
         for r, i in enumerate(chunk):
             np.testing.assert_array_equal(out[i][:budget], want[r])

@@ -175,7 +175,7 @@ def test_eos_rows_stop_while_others_continue_in_a_batch():
     out = np.asarray(greedy_search(step, (), 2, max_len))
     assert list(out[0]) == [EOS, PAD, PAD, PAD, PAD]
     assert list(out[1]) == [A] * max_len
-    result = beam_search(step, (), 2, 1, max_len)
+    result = beam_search(step, (), 2, 1, max_len, alpha=0.6)
     np.testing.assert_array_equal(np.asarray(result.tokens)[:, 0], out)
 
 
@@ -238,7 +238,7 @@ def test_beam_search_with_chunked_top_k_equals_plain_top_k(monkeypatch):
 
     def run():
         state = (jnp.arange(batch * beam, dtype=jnp.int32) // beam, jnp.array(0, jnp.int32))
-        return jax.jit(lambda: search.beam_search(step, state, batch, beam, max_len))()
+        return jax.jit(lambda: search.beam_search(step, state, batch, beam, max_len, alpha=0.6))()
 
     assert beam * vocab >= 2 * beam * 128  # the chunked path, not its fallback
     chunked = run()

@@ -145,7 +145,7 @@ def test_output_budget_follows_the_source_length(model):
     gets a long budget, and sources of one width share one budget (one compiled program)."""
     assert output_budget(5, max_len_a=2.0, max_len_b=10) == 24  # 20 -> 24
     assert output_budget(40, max_len_a=1.5, max_len_b=10) == 72  # 70 -> 72
-    assert output_budget(40, max_decode_len=9) == 9
+    assert output_budget(40, max_len_a=2.0, max_len_b=10, max_decode_len=9) == 9
     assert output_budget(40, max_len_a=2.0, max_len_b=10, position_limit=64) == 64
     cfg, params = model
     short, short4, long = "go .", "go home .", " ".join(["go", "home"] * 15)

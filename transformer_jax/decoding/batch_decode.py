@@ -1,6 +1,7 @@
 """Id lists in, generated ids out: sort, batch, pad and decode over the local devices.
 
-    tokens = decode_ids(model_config, params, [[4, 11, 2], [5, 6, 7, 11, 2]], beam_size=4)
+    tokens = decode_ids(model_config, params, [[4, 11, 2], [5, 6, 7, 11, 2]], beam_size=4,
+                        alpha=0.6, max_len_a=2.0, max_len_b=10, max_decode_len=None, batch_size=64)
 
 Text never reaches this module: `inference.Translator` encodes sentences with data/'s
 `encode_text` (ids + `<eos>`, as in training) and decodes the ids it gets back here.
@@ -42,9 +43,6 @@ from transformer_jax.nn import ModelConfig
 LENGTH_BUCKET = 8
 # Program widths: the smallest of FIRST_WIDTH * WIDTH_FACTOR**k that holds the batch.
 FIRST_WIDTH, WIDTH_FACTOR = 16, 4
-# fairseq-style output budget a·S + b; training configs set their own (`eval.max_len_a/b`).
-DEFAULT_MAX_LEN_A = 2.0
-DEFAULT_MAX_LEN_B = 10
 
 
 class SourceTooLongError(ValueError):
@@ -54,8 +52,8 @@ class SourceTooLongError(ValueError):
 def output_budget(
     src_width: int,
     *,
-    max_len_a: float = DEFAULT_MAX_LEN_A,
-    max_len_b: int = DEFAULT_MAX_LEN_B,
+    max_len_a: float,
+    max_len_b: int,
     max_decode_len: int | None = None,
     position_limit: int | None = None,
 ) -> int:
@@ -108,14 +106,17 @@ def decode_ids(
     params: Any,
     sources: Sequence[Sequence[int]],
     *,
-    beam_size: int = 1,
-    max_decode_len: int | None = None,
-    max_len_a: float = DEFAULT_MAX_LEN_A,
-    max_len_b: int = DEFAULT_MAX_LEN_B,
-    batch_size: int = 64,
-    alpha: float = 0.6,
+    beam_size: int,
+    max_decode_len: int | None,
+    max_len_a: float,
+    max_len_b: int,
+    batch_size: int,
+    alpha: float,
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
+
+    The settings are required (`decoding.defaults.DEFAULTS` has their defaults; a
+    `Translator` resolves them from its run config).
 
     Each batch may generate `output_budget(W)` tokens, W its longest source rounded up to a
     multiple of 8 (see the module docstring). Returns one (L,) array per source (the best

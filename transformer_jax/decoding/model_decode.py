@@ -1,8 +1,8 @@
 """Greedy and beam decoding of a `Transformer` on token arrays, jitted and device-sharded.
 
     tokens = greedy_decode(cfg, params, src, src_len, max_decode_len=10)        # (B, L)
-    result = beam_decode(cfg, params, src, src_len, beam_size=4, max_decode_len=10)
-    decode = sharded_decoder(cfg, beam_size=4, max_decode_len=10)  # batch split over devices
+    result = beam_decode(cfg, params, src, src_len, beam_size=4, max_decode_len=10, alpha=0.6)
+    decode = sharded_decoder(cfg, beam_size=4, max_decode_len=10, alpha=0.6)  # over devices
 
 Encoding, the cache and the whole search loop compile into one XLA program. Beam search
 grows its key/value cache with the output (`search.cache_lengths`: room for 32, 64, ...
@@ -94,7 +94,7 @@ def beam_decode(
     *,
     beam_size: int,
     max_decode_len: int,
-    alpha: float | Array = 0.6,
+    alpha: float | Array,
     limit: Array | int | None = None,
     use_cache: bool = True,
     grow_cache: bool = True,
@@ -133,7 +133,7 @@ def sharded_decoder(
     *,
     beam_size: int,
     max_decode_len: int,
-    alpha: float = 0.6,
+    alpha: float,
     mesh: Mesh | None = None,
 ):
     """A jitted fn(params, src (B, S), src_len (B,), limit=None) -> tokens, the batch split

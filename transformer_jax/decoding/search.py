@@ -212,7 +212,7 @@ def beam_search(
     beam_size: int,
     max_len: int,
     *,
-    alpha: float | Array = 0.6,
+    alpha: float | Array,
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
     bos_id: int = BOS_ID,

@@ -31,12 +31,10 @@ from transformer_jax.data.text_form import clean_text
 from transformer_jax.data.tokenizers import load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.vocab import EOS_ID
+from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference.settings import check_split_len
 from transformer_jax.inference.sources import encode_sources
-
-DEFAULT_MAX_LEN_A = 2.0
-DEFAULT_MAX_LEN_B = 10
 
 
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:
@@ -76,18 +74,19 @@ def translate_lines(
     max_len_a: float | None = None,
     max_len_b: int | None = None,
     split_len: int | None = None,
-    batch_size: int = 64,
+    batch_size: int = DEFAULTS["batch_size"],
     compute_type: str = "default",
     intra_threads: int = 0,
     translator: Any = None,
 ) -> list[str]:
     """Translations of `sentences` (one each, "" for an empty one) by a CTranslate2 export.
 
-    beam_size: 1 = greedy search; default the run's (`export.json`; 1 for older exports).
+    beam_size: 1 = greedy search; default the run's (`export.json`; for older exports
+      `decoding.defaults.DEFAULTS`, as for every setting an export did not record).
     max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
     split_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
-      sentences of at most this length; default the run's (`export.json`; 1, sentence by
-      sentence, for older exports), 0 = whole.
+      sentences of at most this length; default the run's (`export.json`; sentence by
+      sentence for older exports), 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
     """
@@ -96,13 +95,14 @@ def translate_lines(
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
     decoding = manifest.get("decoding", {})
-    beam_size = int(decoding.get("beam_size", 1)) if beam_size is None else beam_size
+    recorded = {**DEFAULTS, **decoding}  # the run's settings; the defaults for older exports
+    beam_size = int(recorded["beam_size"]) if beam_size is None else beam_size
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    a = decoding.get("max_len_a", DEFAULT_MAX_LEN_A) if max_len_a is None else max_len_a
-    b = decoding.get("max_len_b", DEFAULT_MAX_LEN_B) if max_len_b is None else max_len_b
+    a = recorded["max_len_a"] if max_len_a is None else max_len_a
+    b = recorded["max_len_b"] if max_len_b is None else max_len_b
     if split_len is None:
-        split_len = decoding.get("split_len", 1)
+        split_len = recorded["split_len"]
     check_split_len(split_len)
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])

@@ -114,7 +114,7 @@ def write(
         "programs": files,
         "beam_size": beam_size,
         "max_decode_len": max_decode_len,
-        "alpha": float(model.settings.get("alpha", 0.6)),
+        "alpha": float(model.settings["alpha"]),
         "special_ids": {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID},
         "source_tokenizer": _tokenizer_entry(SRC_TOKENIZER, model.src_tokenizer),
         "target_tokenizer": _tokenizer_entry(TGT_TOKENIZER, model.tgt_tokenizer),

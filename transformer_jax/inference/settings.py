@@ -4,21 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transformer_jax.decoding.batch_decode import DEFAULT_MAX_LEN_A, DEFAULT_MAX_LEN_B
-
-# Every keyword `Translator.translate` takes, with the default used without a run config.
-DEFAULTS: dict[str, Any] = {
-    "beam_size": 1,  # 1 = greedy search
-    "alpha": 0.6,  # beam length penalty exponent, ((5 + len) / 6)^alpha
-    "max_decode_len": None,  # None = the budget a·S + b below
-    "max_len_a": DEFAULT_MAX_LEN_A,
-    "max_len_b": DEFAULT_MAX_LEN_B,
-    "batch_size": 64,  # sentences per decoding batch
-    "trained_len": None,  # longest training source with <eos>: longer ones get a warning
-    # Inputs longer than this (tokens with <eos>) are translated in parts of whole sentences
-    # of at most this length (data/segmenting.py): 1 = sentence by sentence, 0 = whole.
-    "split_len": 1,
-}
+# Every keyword `Translator.translate` takes, with its default: the one table.
+from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS
 
 
 def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -35,17 +22,11 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
         )
     settings = dict(DEFAULTS)
     if config is not None:
-        ev, data = config.eval, config.data
         settings.update(
-            beam_size=ev.get("beam_size", 1),
-            alpha=ev.get("alpha", 0.6),
-            max_decode_len=ev.get("max_decode_len", 0) or None,
-            max_len_a=ev.get("max_len_a", DEFAULT_MAX_LEN_A),
-            max_len_b=ev.get("max_len_b", DEFAULT_MAX_LEN_B),
-            batch_size=ev.get("decode_batch_size", 64),
-            trained_len=data.get("max_src_len"),
-            split_len=ev.get("split_len", 1),
+            {name: config.eval.get(key, DEFAULTS[name]) for name, key in EVAL_KEYS.items()}
         )
+        settings["max_decode_len"] = settings["max_decode_len"] or None  # a config's 0 = none
+        settings["trained_len"] = config.data.get("max_src_len")
     settings.update({k: v for k, v in overrides.items() if v is not None})
     check_split_len(settings["split_len"])
     return settings

@@ -57,7 +57,7 @@ class Translations:
 @dataclasses.dataclass(frozen=True)
 class Translator:
     """A model in decode form, its parameters (host numpy) and tokenizers, and the decoding
-    settings its `translate` uses unless told otherwise (`inference.settings.DEFAULTS` keys).
+    settings its `translate` uses unless told otherwise (`decoding.defaults.DEFAULTS` keys).
 
     config, step and averaged_steps say where the parameters came from (None / () when
     built from parameters in memory). truecaser: the run's learned word forms for `natural`

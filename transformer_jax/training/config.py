@@ -22,6 +22,7 @@ import ml_collections
 
 from transformer_jax import runtime
 from transformer_jax.data.config import check_data_devices, check_data_values, data_config
+from transformer_jax.decoding.defaults import DEFAULTS as DECODING
 from transformer_jax.nn import ModelConfig
 from transformer_jax.ops.matmul import GRADIENTS
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
@@ -86,21 +87,16 @@ def eval_defaults() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
     c.num_bleu_examples = 200  # validation pairs translated for BLEU (evenly spaced); 0 = none
-    c.beam_size = 1
-    c.alpha = 0.6  # beam search length penalty ((5 + len) / 6)^alpha (Wu et al. 2016)
-    # Output budget per decoding batch, as fairseq's --max-len-a/b: at most
-    # max_len_a · W + max_len_b tokens, W the batch's source width (its longest source with
-    # <eos>, rounded up to 8: one compilation per width), so a long sentence is never cut by
-    # a training-time cap. max_decode_len > 0 overrides it.
-    c.max_len_a = 2.0
-    c.max_len_b = 10
-    c.max_decode_len = 0
-    # An input of several sentences (a pasted paragraph) longer than split_len tokens (with
-    # <eos>) is translated in parts of whole sentences of at most split_len tokens, cut at
-    # sentence ends (data/segmenting.py). 1 = every sentence on its own (best measured:
-    # benchmarks/LOG.md, "paragraphs"); 0 = every input whole.
-    c.split_len = 1
-    c.decode_batch_size = 64
+    # Decoding: beam size, the length penalty α, the output budget max_len_a · W + max_len_b
+    # (max_decode_len > 0 fixes it instead), split_len for inputs of several sentences, the
+    # batch. What each means and its default: the table in decoding/defaults.py.
+    c.beam_size = DECODING["beam_size"]
+    c.alpha = DECODING["alpha"]
+    c.max_len_a = DECODING["max_len_a"]
+    c.max_len_b = DECODING["max_len_b"]
+    c.max_decode_len = DECODING["max_decode_len"] or 0  # 0 = none: the budget a·W + b
+    c.split_len = DECODING["split_len"]
+    c.decode_batch_size = DECODING["batch_size"]
     c.num_examples_to_show = 3  # translations printed with each BLEU evaluation
     # After training, the launcher scores n test pairs evenly spaced over the split (always
     # the same pairs, with the split's length mix): BLEU, chrF and BLEU by source length.
@@ -194,7 +190,8 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     if config.eval.max_len_a == 0 and config.eval.max_len_b < 1:
         raise ValueError(
             "eval.max_len_a = 0 and eval.max_len_b < 1 leave no room for a translation; "
-            "e.g. max_len_a=2.0, max_len_b=10."
+            f"e.g. the defaults max_len_a={DECODING['max_len_a']}, "
+            f"max_len_b={DECODING['max_len_b']}."
         )
     if (config.num_train_steps > 0) == (config.num_epochs > 0):
         raise ValueError(
