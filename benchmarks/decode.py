@@ -60,26 +60,15 @@ flags.DEFINE_enum(
 )
 
 
-def random_params(cfg, seed: int = 0):
-    """Host-filled random parameters (fast: no random ops to compile); `<eos>` never wins."""
+def eos_free_params(cfg, seed: int = 0):
+    """Host-filled random parameters (`transformer_jax.testing`: no random ops to compile),
+    zero biases, and an output bias that keeps `<eos>` from ever winning."""
     from transformer_jax.data.vocab import EOS_ID
-    from transformer_jax.nn import Transformer
+    from transformer_jax.testing import random_params
 
-    x = jnp.zeros((1, 2), jnp.int32)
-    shapes = jax.eval_shape(Transformer(cfg).init, jax.random.key(0), x, jnp.ones((1,)), x)
-    rng = np.random.default_rng(seed)
-
-    def fill(path, leaf):
-        name = str(path[-1].key)
-        if name == "scale":
-            return np.ones(leaf.shape, leaf.dtype)
-        if leaf.ndim == 1:
-            return np.zeros(leaf.shape, leaf.dtype)
-        fan_in = leaf.shape[-1] if name == "embedding" else leaf.shape[0]
-        return (rng.normal(size=leaf.shape) / np.sqrt(fan_in)).astype(leaf.dtype)
-
-    params = jax.tree_util.tree_map_with_path(fill, shapes["params"])
-    params["output"]["dense"]["bias"][EOS_ID] = -1e9
+    params = random_params(cfg, seed, bias_std=0.0)
+    bias = params["output"]["dense"]["bias"]
+    params["output"]["dense"]["bias"] = bias.at[EOS_ID].set(-1e9)
     return params
 
 
@@ -157,7 +146,7 @@ def main(argv: list[str]) -> None:
     cfg = ModelConfig.from_dict(
         section, src_vocab_size=FLAGS.vocab_size, tgt_vocab_size=FLAGS.vocab_size
     ).replace(deterministic=True, dtype=FLAGS.dtype)
-    params = jax.device_put(random_params(cfg))
+    params = jax.device_put(eos_free_params(cfg))
     rng = np.random.default_rng(1)
     src = jnp.asarray(rng.integers(4, FLAGS.vocab_size, (FLAGS.batch, FLAGS.src_len)), jnp.int32)
     src_len = jnp.full((FLAGS.batch,), FLAGS.src_len, jnp.int32)

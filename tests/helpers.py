@@ -1,5 +1,6 @@
-"""Shared test helpers: the subprocess environment, a random model, the tiny real-data run,
-and the matmul-precision pin of the tests that compare against float64.
+"""Shared test helpers: the subprocess environment, the tiny real-data run, and the
+matmul-precision pin of the tests that compare against float64. Tiny models and random
+parameters: `transformer_jax.testing`.
 
 Test modules import from here (never from each other), so each test file stays runnable
 on its own and pytest collects every test exactly once.
@@ -14,12 +15,9 @@ import tempfile
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
-
-from transformer_jax.nn import ModelConfig, Transformer
 
 REPO = Path(__file__).resolve().parents[1]
 # Shared by every training test's subprocesses: each compile (~10-20 s on 2 busy cores) is
@@ -98,31 +96,6 @@ def run_npz_worker(
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return dict(np.load(out))
-
-
-def random_params(cfg: ModelConfig, seed: int = 0):
-    """Random parameters filled on the host from the model's parameter shapes.
-
-    Faster than `Transformer.init`, whose threefry random ops take XLA:CPU ~0.3 s each to
-    compile (~14 s for a 2+2 model on this machine). Kernels ~ N(0, 1/fan_in), embeddings
-    ~ N(0, 1/D), norm scales 1 and small random biases: a non-degenerate random model.
-    """
-    src = jnp.zeros((1, 2), jnp.int32)
-    shapes = jax.eval_shape(
-        Transformer(cfg).init, jax.random.key(0), src, jnp.ones((1,), jnp.int32), src
-    )["params"]
-    rng = np.random.default_rng(seed)
-
-    def fill(path, leaf):
-        name = str(path[-1].key)
-        if name == "scale":
-            return jnp.ones(leaf.shape, leaf.dtype)
-        if leaf.ndim == 1 or name == "bias":
-            return jnp.asarray(0.1 * rng.normal(size=leaf.shape), leaf.dtype)
-        fan_in = leaf.shape[-1] if name == "embedding" else leaf.shape[0]
-        return jnp.asarray(rng.normal(size=leaf.shape) / np.sqrt(fan_in), leaf.dtype)
-
-    return jax.tree_util.tree_map_with_path(fill, shapes)
 
 
 # --- a tiny training run on the real corpus, through the launcher ----------------------

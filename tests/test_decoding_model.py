@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import float32_matmuls, random_params, subprocess_env
+from tests.helpers import float32_matmuls, subprocess_env
 from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding import beam_decode, cache_lengths, greedy_decode
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.nn import Transformer
+from transformer_jax.testing import random_params, tiny_config
 
 # cached against recomputed decoding, token for token: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
@@ -26,17 +27,7 @@ BUDGET = dict(max_len_a=2.0, max_len_b=10, max_decode_len=None)
 
 
 def make_model(seed: int = 0, layers: int = 2):
-    cfg = ModelConfig(
-        src_vocab_size=23,
-        tgt_vocab_size=13,
-        num_encoder_layers=layers,
-        num_decoder_layers=layers,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        max_len=32,
-        deterministic=True,
-    )
+    cfg = tiny_config(23, 13, num_encoder_layers=layers, num_decoder_layers=layers, max_len=32)
     rng = np.random.default_rng(seed)
     src = jnp.asarray(rng.integers(4, cfg.src_vocab_size, (6, 7)), jnp.int32)  # (B, S)
     src_len = jnp.asarray([7, 5, 3, 1, 7, 2], jnp.int32)  # (B,)

@@ -19,7 +19,6 @@ from tests.helpers import (
     finish,
     float32_matmuls,
     launch,
-    random_params,
     subprocess_env,
 )
 from transformer_jax.data.config import data_config
@@ -34,7 +33,8 @@ from transformer_jax.export import UnsupportedModelError, convert, load_trained
 from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference import Translator
-from transformer_jax.nn import ModelConfig, Transformer
+from transformer_jax.nn import Transformer
+from transformer_jax.testing import random_params, tiny_config
 
 # CTranslate2's float32 on CPU, token for token: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
@@ -56,15 +56,7 @@ CASES = {
 
 
 def random_model(**choices) -> Translator:
-    cfg = ModelConfig(
-        src_vocab_size=VOCAB,
-        tgt_vocab_size=VOCAB,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        deterministic=True,
-        **choices,
-    )
+    cfg = tiny_config(VOCAB, VOCAB, **choices)
     return Translator.from_params(cfg, random_params(cfg, seed=1), WORDS, WORDS)
 
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import random_params, subprocess_env
+from tests.helpers import subprocess_env
 from transformer_jax.data.config import data_config
 from transformer_jax.data.corpus import read_pairs
 from transformer_jax.data.preprocessing import preprocess_nmt
@@ -21,7 +21,7 @@ from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding import beam_decode, encode, greedy_decode
 from transformer_jax.export import stablehlo
 from transformer_jax.inference import Translator
-from transformer_jax.nn import ModelConfig
+from transformer_jax.testing import random_params, tiny_config
 
 MAX_LEN, BEAM, ALPHA = 12, 3, 0.6
 
@@ -77,14 +77,7 @@ def model() -> Translator:
     french = [preprocess_nmt(p.french) for p in pairs]
     src = SentencePieceTokenizer.train(english, vocab_size=120)
     tgt = SentencePieceTokenizer.train(french, vocab_size=120)
-    cfg = ModelConfig(
-        src_vocab_size=src.vocab_size,
-        tgt_vocab_size=tgt.vocab_size,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        norm_placement="pre",
-    )
+    cfg = tiny_config(src.vocab_size, tgt.vocab_size, norm_placement="pre")
     return Translator.from_params(cfg, random_params(cfg, seed=3), src, tgt)
 
 

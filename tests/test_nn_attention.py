@@ -7,24 +7,15 @@ import pytest
 from tests import reference
 from tests.helpers import float32_matmuls
 from transformer_jax import ops
-from transformer_jax.nn import ModelConfig, MultiHeadAttention
+from transformer_jax.nn import MultiHeadAttention
+from transformer_jax.testing import tiny_config
 
 # a float64 reference and Flax's attention at 1e-5: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 
 
 def _cfg(**kw):
-    base = dict(
-        src_vocab_size=10,
-        tgt_vocab_size=10,
-        model_dim=24,
-        num_heads=4,
-        ffn_dim=8,
-        deterministic=True,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-    )
-    return ModelConfig(**{**base, **kw})
+    return tiny_config(10, 10, **{"model_dim": 24, "ffn_dim": 8, **kw})
 
 
 def _inputs(seed=0, b=2, t=5, s=7, d=24):

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from tests import reference
-from tests.helpers import float32_matmuls, random_params
+from tests.helpers import float32_matmuls
 from transformer_jax.nn import ModelConfig, Transformer
 from transformer_jax.nn.residual import Residual
+from transformer_jax.testing import random_params, tiny_config
 
 # float64 references at atol 2e-5: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
@@ -46,17 +47,7 @@ def f_jax(h: jnp.ndarray) -> jnp.ndarray:
 
 
 def _config(**kw) -> ModelConfig:
-    base = dict(
-        src_vocab_size=1,
-        tgt_vocab_size=1,
-        model_dim=D,
-        num_heads=1,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        deterministic=True,
-        norm_eps=EPS,
-    )
-    return ModelConfig(**{**base, **kw})
+    return tiny_config(1, 1, **{"model_dim": D, "num_heads": 1, "norm_eps": EPS, **kw})
 
 
 def _norm_numpy(x: np.ndarray, kind: str) -> np.ndarray:
@@ -135,15 +126,12 @@ def _norm_to_alpha(tree: dict) -> dict:
 @functools.cache
 def _model_run(placement: str, positional: str = "sinusoidal"):
     """Teacher-forced apply of a 2+2 model with every module's output captured."""
-    cfg = ModelConfig(
-        src_vocab_size=V,
-        tgt_vocab_size=V + 2,
+    cfg = tiny_config(
+        V,
+        V + 2,
         model_dim=DM,
         num_heads=2,
         ffn_dim=32,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        deterministic=True,
         norm_placement=placement,
         norm_eps=EPS,
         positional=positional,

@@ -6,6 +6,7 @@ import pytest
 from configs import model as model_configs
 from tests.helpers import float32_matmuls
 from transformer_jax.nn import CausalLM, DecoderBlock, Encoder, ModelConfig, Transformer
+from transformer_jax.testing import tiny_config
 
 # cached against full decoding (other matmul shapes) at 1e-5: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
@@ -14,16 +15,9 @@ V_SRC, V_TGT = 40, 50
 
 
 def _cfg(**kw):
-    base = dict(
-        src_vocab_size=V_SRC,
-        tgt_vocab_size=V_TGT,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-    )
-    return ModelConfig(**{**base, **kw})
+    # The tiny model in training mode (dropout 0.1) unless a test says otherwise.
+    base = {"src_vocab_size": V_SRC, "tgt_vocab_size": V_TGT, "deterministic": False}
+    return tiny_config(**{**base, "dropout_rate": 0.1, "attention_dropout_rate": 0.1, **kw})
 
 
 def _batch(seed=0, b=3, s=9, t=7):

@@ -10,11 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import float32_matmuls, random_params
+from tests.helpers import float32_matmuls
 from transformer_jax import ops
 from transformer_jax.data import batching, encoding, packing
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from transformer_jax.nn import ModelConfig, Packing, Transformer
+from transformer_jax.nn import Packing, Transformer
+from transformer_jax.testing import random_params, tiny_config
 from transformer_jax.training.losses import weighted_loss_sums
 
 # packed against one-pair rows (other shapes) at 2e-5: float32 matmuls on every backend.
@@ -207,19 +208,7 @@ def test_sampling_plans_rows_with_room_for_longer_draws():
 
 
 def _model_cfg(**kw):
-    base = dict(
-        src_vocab_size=V,
-        tgt_vocab_size=V,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        deterministic=True,
-    )
-    return ModelConfig(**{**base, **kw})
+    return tiny_config(V, V, **kw)
 
 
 def _small_pairs(n=7, seed=1):

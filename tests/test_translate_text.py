@@ -5,13 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import random_params
 from transformer_jax.data.encoding import encode_text, tokenize_pairs
 from transformer_jax.data.vocab import PAD_ID
 from transformer_jax.decoding import SourceTooLongError, greedy_decode, output_budget
 from transformer_jax.evaluation import attention_weights
 from transformer_jax.inference import DecodingWarning, Translator, encode_sources
-from transformer_jax.nn import ModelConfig
+from transformer_jax.testing import random_params, tiny_config
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -46,15 +45,8 @@ TGT = StubTokenizer("va j'ai perdu il est calme je suis chez moi . !".split())
 
 @pytest.fixture(scope="module")
 def model():
-    cfg = ModelConfig(
-        src_vocab_size=SRC.vocab_size,
-        tgt_vocab_size=TGT.vocab_size,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        model_dim=32,
-        num_heads=4,
-        ffn_dim=64,
-        max_len=16,
+    cfg = tiny_config(
+        SRC.vocab_size, TGT.vocab_size, num_encoder_layers=1, num_decoder_layers=1, max_len=16
     )
     return cfg, random_params(cfg, seed=2)
 
