@@ -20,42 +20,17 @@ from absl import app, flags
 from transformer_jax import launch
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
+launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (shared with translate)
 flags.DEFINE_string(
     "split",
     None,
     "Split of the run's dataset to score (train, validation, test, ...); default data.test_split.",
-)
-flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
-flags.DEFINE_integer(
-    "average_last",
-    1,
-    "Average the params of the last N checkpoints (ending at --step if given); 1 = no averaging.",
-)
-flags.DEFINE_integer("beam_size", None, "Default: the run's eval.beam_size.")
-flags.DEFINE_float("alpha", None, "Beam search length penalty exponent; default eval.alpha.")
-flags.DEFINE_integer(
-    "max_decode_len",
-    None,
-    "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
-)
-flags.DEFINE_integer(
-    "split_len",
-    None,
-    "Translate an input of several sentences longer than this many tokens (with <eos>) in "
-    "parts of whole sentences; 1 = sentence by sentence, 0 = whole; default eval.split_len.",
 )
 flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default from config.")
 flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
-flags.DEFINE_integer(
-    "cpu_devices",
-    0,
-    "XLA:CPU devices to split each decoding batch over (the same tokens; e.g. the number of "
-    "cores: 12 % faster on 2 cores); 0 = JAX's default, one. See runtime/cpu_devices.py.",
-)
 
 
 def main(argv: list[str]) -> None:
@@ -73,12 +48,7 @@ def main(argv: list[str]) -> None:
         evaluate_workdir(
             FLAGS.workdir,
             split=FLAGS.split,
-            step=FLAGS.step,
-            average_last=FLAGS.average_last,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            max_decode_len=FLAGS.max_decode_len,
-            split_len=FLAGS.split_len,
+            **launch.decoding_flag_values(),
             batch_size=FLAGS.batch_size,
             num_examples=FLAGS.num_examples,
             num_samples=FLAGS.num_samples,

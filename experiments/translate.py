@@ -30,30 +30,7 @@ from absl import app, flags
 from transformer_jax import launch
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
-flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.")
-flags.DEFINE_integer(
-    "average_last",
-    1,
-    "Average the params of the last N checkpoints (ending at --step if given); 1 = no averaging.",
-)
-flags.DEFINE_integer(
-    "beam_size", None, "1 = greedy search; > 1 = beam search. Default: the run's eval.beam_size."
-)
-flags.DEFINE_float(
-    "alpha", None, "Beam length penalty exponent ((5 + len) / 6)^alpha; default eval.alpha."
-)
-flags.DEFINE_integer(
-    "max_decode_len",
-    None,
-    "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
-)
-flags.DEFINE_integer(
-    "split_len",
-    None,
-    "Translate an input of several sentences longer than this many tokens (with <eos>) in "
-    "parts of whole sentences; 1 = sentence by sentence, 0 = whole; default eval.split_len.",
-)
+launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (shared with evaluate)
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
 flags.DEFINE_string("output_file", None, "Write the translations here (UTF-8); default stdout.")
 flags.DEFINE_enum(
@@ -76,12 +53,6 @@ flags.DEFINE_enum(
     "the CTranslate2 export in --model_dir (experiments.export --format=ctranslate2).",
 )
 flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
-flags.DEFINE_integer(
-    "cpu_devices",
-    0,
-    "XLA:CPU devices to split each decoding batch over (the same tokens; e.g. the number of "
-    "cores: 12 % faster on 2 cores); 0 = JAX's default, one. See runtime/cpu_devices.py.",
-)
 
 
 def main(argv: list[str]) -> None:
@@ -108,12 +79,7 @@ def main(argv: list[str]) -> None:
             sentences,
             output_format=FLAGS.format,
             text=FLAGS.text,
-            step=FLAGS.step,
-            average_last=FLAGS.average_last,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            max_decode_len=FLAGS.max_decode_len,
-            split_len=FLAGS.split_len,
+            **launch.decoding_flag_values(),
             attention_plot=FLAGS.attention_plot,
         )
         write_lines(lines, FLAGS.output_file, sys.stdout)

@@ -26,6 +26,8 @@ the messages below, and then lets absl parse. Use it in any launcher:
 
 `print_config(config)` prints a resolved config (for `--print_config`).
 `quiet_library_logs()` keeps orbax's routine records out of a launcher's stderr.
+`define_decoding_flags()` defines the flags `translate` and `evaluate` share (the run, the
+checkpoint, the search); `decoding_flag_values()` reads them back as keywords.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import difflib
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import ml_collections
 from absl import flags
@@ -47,9 +49,12 @@ from transformer_jax.training.config_files import (
 )
 
 __all__ = [  # the config-file helpers live in training.config_files; launchers find them here
+    "DECODING_KEYWORDS",
     "SHIPPED_CONFIGS",
     "check_config_args",
     "check_overrides",
+    "decoding_flag_values",
+    "define_decoding_flags",
     "fatal",
     "flags_parser",
     "load_config_file",
@@ -215,3 +220,64 @@ def _last_line(error: BaseException) -> str:
     # non-empty line names the problem.
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+# What `decoding_flag_values()` passes on, named as `translate_workdir`/`evaluate_workdir` take it.
+DECODING_KEYWORDS = ("step", "average_last", "beam_size", "alpha", "max_decode_len", "split_len")
+
+
+def define_decoding_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """The flags `experiments.translate` and `experiments.evaluate` share, defined once: the
+    run (`--workdir`), which parameters (`--step`, `--average_last`), the search
+    (`--beam_size`, `--alpha`, `--max_decode_len`, `--split_len`) and `--cpu_devices`. A
+    search flag left unset (None) means the run's own setting: its config's `eval` section,
+    whose defaults are the table in `decoding/defaults.py`."""
+    fv = {"flag_values": flag_values}
+    flags.DEFINE_string(
+        "workdir", None, "Training workdir (config, tokenizers, checkpoints).", **fv
+    )
+    flags.DEFINE_integer("step", None, "Checkpoint step; default the latest.", **fv)
+    flags.DEFINE_integer(
+        "average_last",
+        1,
+        "Average the params of the last N checkpoints (ending at --step if given); "
+        "1 = no averaging.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "beam_size",
+        None,
+        "1 = greedy search; > 1 = beam search. Default: the run's eval.beam_size.",
+        **fv,
+    )
+    flags.DEFINE_float(
+        "alpha",
+        None,
+        "Beam length penalty exponent ((5 + len) / 6)^alpha; default the run's eval.alpha.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "max_decode_len",
+        None,
+        "Most tokens per translation; default eval.max_len_a * (source tokens) + eval.max_len_b.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "split_len",
+        None,
+        "Translate an input of several sentences longer than this many tokens (with <eos>) in "
+        "parts of whole sentences; 1 = sentence by sentence, 0 = whole; default eval.split_len.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "cpu_devices",
+        0,
+        "XLA:CPU devices to split each decoding batch over (the same tokens; e.g. the number "
+        "of cores: 12 % faster on 2 cores); 0 = JAX's default, one. See runtime/cpu_devices.py.",
+        **fv,
+    )
+
+
+def decoding_flag_values(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
+    """The parsed `DECODING_KEYWORDS` flags: keywords of `translate_workdir`, `evaluate_workdir`."""
+    return {name: flag_values[name].value for name in DECODING_KEYWORDS}
