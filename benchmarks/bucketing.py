@@ -4,8 +4,8 @@ packed rows.
     python -m benchmarks.bucketing                                 # the fra_eng run's model
     python -m benchmarks.bucketing --dtype=bfloat16 --steps=40
     python -m benchmarks.bucketing --config=configs/fra_eng.py:variant=small
-    python -m benchmarks.bucketing --set data.max_src_len=32 --set data.max_tgt_len=32 \
-        --set "data.bucket_boundaries=()"                       # buckets 8, 16, 24, 32
+    python -m benchmarks.bucketing --config.data.max_src_len=32 --config.data.max_tgt_len=32 \
+        "--config.data.bucket_boundaries=()"                    # buckets 8, 16, 24, 32
 
 The question (issue: "with the project's own batching, non-pad tokens/s on fra-eng >= 1.5x
 the same model fed fixed-length padded batches"). The modes use the same model, optimizer
@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from benchmarks import common
-from benchmarks.time_to_bleu import add_config_args, load_config
+from benchmarks.time_to_bleu import add_config_args, load_config, parse_args
 from transformer_jax.data import bucketing, create_input_pipeline
 from transformer_jax.nn.precision import resolve_dtype
 from transformer_jax.runtime import configure_process
@@ -111,17 +111,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="", choices=["", "float32", "bfloat16", "auto"])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per mode")
-    args = parser.parse_args()
+    args, overrides = parse_args(parser)
     if args.steps < 20:
         parser.error("--steps must be >= 20 (one number per mode from >= 20 timed steps).")
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, overrides)
     configure_process(config)  # before the first computation: XLA flags, host memory
     if args.dtype:
         config.model.dtype = args.dtype
     m, d = config.model, config.data
     print(
-        f"config {args.config} {' '.join(args.set)} | {m.num_encoder_layers}+"
+        f"config {args.config} {' '.join(overrides)} | {m.num_encoder_layers}+"
         f"{m.num_decoder_layers} layers, D {m.model_dim}, F {m.ffn_dim}, {m.dtype} "
         f"(computes in {resolve_dtype(m.dtype)}) | global "
         f"batch {d.batch_size}, max lengths {d.max_src_len}/{d.max_tgt_len}, "

@@ -2,15 +2,17 @@ r"""Time to BLEU: test-split sacreBLEU / chrF of a fra-eng run at wall-clock che
 
     python -m benchmarks.time_to_bleu --checkpoints_min=5,10,20
     python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:variant=small \
-        --set model.dtype=bfloat16 --set num_train_steps=100000 --checkpoints_min=10,30 \
+        --config.model.dtype=bfloat16 --config.num_train_steps=100000 --checkpoints_min=10,30 \
         --beam_size=4 --out=runs/ttb.json
     python -m benchmarks.time_to_bleu --config=configs/fra_eng.py:runlocal \
         --checkpoints_min=0.5,1 --num_test=50                     # a smoke test, ~2 minutes
 
-Training is the project's own loop (`training.train_and_evaluate`) in a fresh workdir; its
-`after_step` hook reads the clock after every step. The clock starts before the run, so data
-preparation, tokenizer training and compilation count (`--set data.data_dir=<empty dir>` makes
-them cold: the dataset is built from the zip and SentencePiece trained again). When a
+Config keys are overridden as for `experiments.train`, `--config.KEY=VALUE` (the older
+`--set KEY=VALUE` still works, deprecated). Training is the project's own loop
+(`training.train_and_evaluate`) in a fresh workdir; its `after_step` hook reads the clock
+after every step. The clock starts before the run, so data preparation, tokenizer training
+and compilation count (`--config.data.data_dir=<empty dir>` makes them cold: the dataset
+is built from the zip and SentencePiece trained again). When a
 checkpoint is due, the hook fetches the parameters (waiting for the step), stops the clock,
 translates the test split (all of it by default, or `--num_test` evenly spaced pairs;
 greedy, and beam `--beam_size` if > 1) and restarts the clock: evaluation is never charged
@@ -22,14 +24,15 @@ Prints a markdown table; `--out` writes the rows as JSON.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import dataclasses
 import json
+import re
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +40,14 @@ import jax
 import ml_collections
 
 from benchmarks import common
+from transformer_jax import launch
 from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
 from transformer_jax.evaluation.bleu import format_length_table
 from transformer_jax.evaluation.report import evaluate_translator
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import configure_process
-from transformer_jax.training.config_files import load_config_file
+from transformer_jax.training.config import ConfigError
+from transformer_jax.training.config_files import load_config_file, resolve_config
 from transformer_jax.training.state import model_config_from
 from transformer_jax.training.train import StepEnd, train_and_evaluate
 from transformer_jax.workdir.checkpoints import CHECKPOINT_DIR, TOKENIZER_DIR
@@ -53,44 +58,55 @@ DEFAULT_CONFIG = "configs/fra_eng.py"
 # ---------------------------------------------------------------------------- run config
 
 
-def load_config(spec: str, sets: list[str]) -> ml_collections.ConfigDict:
-    """`configs/x.py[:arg]` plus `key=value` overrides (dotted keys, parsed as the old value)."""
-    config = load_config_file(spec)
-    for item in sets:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: write key=value, e.g. --set model.dtype=bfloat16.")
-        *parents, leaf = key.split(".")
-        node = config
-        for part in parents:
-            if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-                raise ValueError(f"--set {item!r}: no section {part!r}; valid: {sorted(node)}.")
-            node = node[part]
-        if leaf not in node:
-            raise ValueError(f"--set {item!r}: no key {leaf!r}; valid here: {sorted(node)}.")
-        node[leaf] = _parse_like(node[leaf], text, item)
-    return config
+def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+    """`configs/x.py[:arg]` with `--config.KEY=VALUE` overrides, resolved as `experiments.train`
+    resolves them (`training.config_files.resolve_config`: values take the key's type). A key
+    the config lacks or a value of the wrong type is a ConfigError naming it."""
+    launch.check_overrides(load_config_file(spec), overrides)
+    return resolve_config(spec, overrides)
 
 
-def _parse_like(old: Any, text: str, item: str) -> Any:
-    """The string `text` as a value of the type of `old` (ConfigDicts are type-checked)."""
-    if isinstance(old, bool):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"--set {item!r}: expected true or false.")
-        return text.lower() in ("true", "1")
-    if isinstance(old, str):
-        return text
-    if isinstance(old, int | float):
-        return type(old)(text)
-    value = ast.literal_eval(text)  # tuples such as bucket_boundaries=8,14 or (8, 14)
-    return tuple(value) if isinstance(old, tuple | list) else value
+def set_override(item: str) -> str:
+    """The deprecated `--set KEY=VALUE` in the one override syntax: `--config.KEY=VALUE`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {item!r}: write key=value, e.g. --config.model.dtype=bfloat16.")
+    return f"--config.{key}={value}"
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="run config, path[:variant]")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="run config, path[:variant]; override its keys with --config.KEY=VALUE, as for "
+        "experiments.train",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="deprecated: --config.KEY=VALUE",
+    )
+
+
+def parse_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> tuple[argparse.Namespace, list[str]]:
+    """`parser`'s arguments and the config overrides: the deprecated `--set KEY=VALUE` ones
+    rewritten as `--config.KEY=VALUE` (a note on stderr), then each `--config.KEY=VALUE`
+    (or `--noconfig.KEY`) as given."""
+    args, rest = parser.parse_known_args(argv)
+    overrides = [a for a in rest if re.match(r"--(no)?config\.", a)]
+    if len(overrides) < len(rest):
+        parser.error(f"unrecognized arguments: {' '.join(a for a in rest if a not in overrides)}")
+    try:
+        sets = [set_override(item) for item in args.set]
+    except ConfigError as error:
+        parser.error(str(error))
+    if sets:
+        print(f"note: --set is deprecated; this is {' '.join(sets)}", file=sys.stderr)
+    return args, [*sets, *overrides]
 
 
 # ---------------------------------------------------------------------------- the clock
@@ -239,10 +255,10 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
     parser.add_argument("--workdir", default="", help="empty or new dir (default: a temp dir)")
     parser.add_argument("--out", default="", help="write the rows as JSON here")
-    args = parser.parse_args()
+    args, overrides = parse_args(parser)
 
     clock = Clock()  # the run starts now: everything below counts, except evaluation
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, overrides)
     configure_process(config)  # before the first computation: XLA flags, host memory
     config.eval_every_steps = 0  # the loop's validation would be charged to training time
     config.eval.num_bleu_examples = 0  # ... and it runs once more after the last checkpoint
@@ -252,7 +268,7 @@ def main() -> None:
     prepared = config.data.name != "fra_eng" or sources.fra_eng_builder(config.data).is_prepared()
     hook = CheckpointHook(config, workdir, args, clock)
     print(
-        f"config {args.config} {' '.join(args.set)} | model {_model_line(config.model)} | "
+        f"config {args.config} {' '.join(overrides)} | model {_model_line(config.model)} | "
         f"devices {jax.devices()} | test: {args.num_test or 'all'} pairs of "
         f"{config.data.test_split!r} (evenly spaced), sacreBLEU on detokenised text | "
         f"workdir {workdir}\n"

@@ -16,15 +16,15 @@ from benchmarks import time_to_bleu
 from transformer_jax.training.train import StepEnd
 
 
-def test_set_overrides_take_the_type_of_the_config_value():
+def test_overrides_take_the_type_of_the_config_value():
     config = time_to_bleu.load_config(
         "configs/fra_eng.py:runlocal",
         [
-            "model.dtype=bfloat16",
-            "num_train_steps=7",
-            "learning_rate=2",
-            "data.bucketing=false",
-            "data.bucket_boundaries=(4, 8)",
+            "--config.model.dtype=bfloat16",
+            "--config.num_train_steps=7",
+            "--config.learning_rate=2",
+            "--config.data.bucketing=false",
+            "--config.data.bucket_boundaries=(4, 8)",
         ],
     )
     assert config.model.dtype == "bfloat16"
@@ -34,13 +34,34 @@ def test_set_overrides_take_the_type_of_the_config_value():
     assert config.data.bucket_boundaries == (4, 8)
 
 
+def test_the_deprecated_set_is_the_same_override():
+    parser = argparse.ArgumentParser()
+    time_to_bleu.add_config_args(parser)
+    argv = ["--set", "model.dtype=bfloat16", "--config.seed=3", "--set", "data.bucketing=false"]
+    args, overrides = time_to_bleu.parse_args(parser, argv)
+    assert args.config == time_to_bleu.DEFAULT_CONFIG
+    assert overrides == [
+        "--config.model.dtype=bfloat16",
+        "--config.data.bucketing=false",
+        "--config.seed=3",
+    ]
+    with pytest.raises(SystemExit):  # argparse's one-line error
+        time_to_bleu.parse_args(parser, ["--sett", "seed=3"])
+
+
 @pytest.mark.parametrize(
-    "item, message",
-    [("num_train_steps", "key=value"), ("model.nope=1", "no key 'nope'"), ("x.y=1", "no section")],
+    "override, message",
+    [
+        ("--config.model.nope=1", "model has no key 'nope'"),
+        ("--config.x.y=1", "the top level has no key 'x'"),
+        ("--config.num_train_steps=many", "num_train_steps takes an integer"),
+    ],
 )
-def test_bad_overrides_name_the_problem(item, message):
+def test_bad_overrides_name_the_problem(override, message):
     with pytest.raises(ValueError, match=message):
-        time_to_bleu.load_config("configs/fra_eng.py:runlocal", [item])
+        time_to_bleu.load_config("configs/fra_eng.py:runlocal", [override])
+    with pytest.raises(ValueError, match="key=value"):
+        time_to_bleu.set_override("num_train_steps")
 
 
 def test_clock_leaves_out_paused_time(monkeypatch):

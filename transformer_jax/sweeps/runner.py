@@ -18,7 +18,6 @@ line) and the sweep goes on with the next; re-running retries it.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
 import shlex
@@ -27,15 +26,18 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import ml_collections
 
 from transformer_jax.data.config import REPO_ROOT, is_source_checkout
 from transformer_jax.sweeps import hyper
-from transformer_jax.training.config import validate_config
-from transformer_jax.training.config_files import resolve_config_path
+from transformer_jax.training.config import ConfigError, validate_config
+from transformer_jax.training.config_files import (
+    load_config_module,
+    resolve_config,
+    resolve_config_path,
+)
 from transformer_jax.workdir.resume import config_changes
 
 DONE_FILE = "sweep_point_done.json"
@@ -80,18 +82,6 @@ class SweepPoint:
         return json.loads(path.read_text(encoding="utf-8"))["error"]
 
 
-def load_config_module(config_spec: str) -> tuple[ModuleType, str | None]:
-    """ "configs/fra_eng.py:d2l" -> (the module, "d2l")."""
-    path, _, arg = config_spec.partition(":")
-    file = Path(resolve_config_path(path))
-    if not file.is_file():
-        raise FileNotFoundError(f"Config file {path!r} not found (from {Path.cwd()}).")
-    spec = importlib.util.spec_from_file_location(f"_sweep_config_{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, arg or None
-
-
 def default_sweep_dir(config_spec: str, sweep_name: str, root: str | Path = DEFAULT_ROOT) -> Path:
     """runs/sweeps/<config file>-<variant>/<sweep>, e.g. runs/sweeps/fra_eng-d2l/norm_x_attention.
 
@@ -111,14 +101,14 @@ def sweep_points(
     Raises `SweepError` if `extra_flags` set a key the sweep varies, or if a point's config
     cannot be resolved (unknown key, a value of the wrong type).
     """
-    module, arg = load_config_module(config_spec)
+    module, arg = load_config_module(config_spec)  # ConfigError for a missing file
     if not hasattr(module, "get_hyper"):
         raise ValueError(
             f"{config_spec.partition(':')[0]} defines no get_hyper(h, name); add one beside "
             "get_config to describe its sweeps."
         )
     points = module.get_hyper(hyper, sweep_name)
-    base = module.get_config(arg)
+    base = module.get_config(arg or None)
     for overrides in points:
         for key, value in overrides.items():
             _check_override(base, key, value)
@@ -146,38 +136,15 @@ def sweep_points(
             *config_flags,
             *extra_flags,
         ]
-        config = resolve_config(absolute_spec, [*config_flags, *extra_flags], point=name)
+        try:  # as `experiments.train` will resolve it
+            config = resolve_config(absolute_spec, [*config_flags, *extra_flags])
+        except ConfigError as error:
+            raise SweepError(f"Sweep point {name}: {error}") from None
         out.append(SweepPoint(name, dict(overrides), workdir, command, config))
     names = [p.name for p in out]
     if len(set(names)) != len(names):
         raise ValueError(f"Two sweep points map to the same directory: {names}.")
     return out
-
-
-def resolve_config(
-    config_spec: str, flags: list[str], point: str = ""
-) -> ml_collections.ConfigDict:
-    """The run config `experiments.train --config=<config_spec> <flags>` trains with.
-
-    Parsed by ml_collections' config flag, as the launcher parses it, so values have the
-    same types as in the `config.json` the run saves. Flags other than `--config.*` (e.g.
-    `--compilation_cache_dir`) do not change the config and are ignored here.
-    """
-    from absl import flags as absl_flags
-    from ml_collections import config_flags
-
-    config_args = [f for f in flags if re.match(r"--(no)?config\.", f)]
-    argv = ["sweep", f"--config={config_spec}", *config_args]
-    values = absl_flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", values, lock_config=True, sys_argv=argv)
-    where = f"Sweep point {point}: " if point else ""
-    try:
-        values(argv)
-        return values.config
-    except (AttributeError, KeyError) as error:  # a `--config.x` the config does not have
-        raise SweepError(f"{where}unknown config key in {config_args}: {error}") from error
-    except absl_flags.Error as error:  # e.g. --config.model.num_heads=four
-        raise SweepError(f"{where}{_last_line(str(error))}") from error
 
 
 def validate_points(
