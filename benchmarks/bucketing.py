@@ -115,7 +115,10 @@ def main() -> None:
     if args.steps < 20:
         parser.error("--steps must be >= 20 (one number per mode from >= 20 timed steps).")
 
-    config = load_config(args.config, overrides)
+    try:
+        config = load_config(args.config, overrides)
+    except ValueError as error:  # ConfigError: a missing file, key or variant
+        parser.error(str(error))
     configure_process(config)  # before the first computation: XLA flags, host memory
     if args.dtype:
         config.model.dtype = args.dtype

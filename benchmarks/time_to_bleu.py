@@ -42,6 +42,7 @@ import ml_collections
 from benchmarks import common
 from transformer_jax import launch
 from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
+from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.evaluation.bleu import format_length_table
 from transformer_jax.evaluation.report import evaluate_translator
 from transformer_jax.inference import Translator
@@ -252,13 +253,18 @@ def main() -> None:
         "--num_test", type=int, default=0, help="n evenly spaced test pairs; 0 = all (8,491)"
     )
     parser.add_argument("--beam_size", type=int, default=1, help="> 1: also beam search")
-    parser.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
+    parser.add_argument(
+        "--alpha", type=float, default=DEFAULTS["alpha"], help="beam length penalty"
+    )
     parser.add_argument("--workdir", default="", help="empty or new dir (default: a temp dir)")
     parser.add_argument("--out", default="", help="write the rows as JSON here")
     args, overrides = parse_args(parser)
 
     clock = Clock()  # the run starts now: everything below counts, except evaluation
-    config = load_config(args.config, overrides)
+    try:
+        config = load_config(args.config, overrides)
+    except ValueError as error:  # ConfigError: a missing file, key or variant
+        parser.error(str(error))
     configure_process(config)  # before the first computation: XLA flags, host memory
     config.eval_every_steps = 0  # the loop's validation would be charged to training time
     config.eval.num_bleu_examples = 0  # ... and it runs once more after the last checkpoint
