@@ -2,7 +2,7 @@ r"""The book's check (d2l §11.7.5): train the `d2l` variant, translate four sen
 score them with the book's BLEU (k = 2), for several seeds.
 
     python -m benchmarks.d2l_check                       # seeds 0 1 2, workdirs in a tmp dir
-    python -m benchmarks.d2l_check --seeds=0 --workdir_root=runs/d2l_check
+    python -m benchmarks.d2l_check --seeds=0 --workdir_root=runs/d2l_check --out=d2l.json
 
 Setting (configs/fra_eng.py:d2l): 2+2 layers, D 32, H 4, F 64, dropout 0.1, num_steps 10,
 batch 64, Adam lr 0.005, grad clipping 1, word vocabulary, 200 epochs on the book's 601 pairs
@@ -14,6 +14,7 @@ The book's PyTorch code, run on this machine on the same data, reaches BLEU 0.50
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import tempfile
@@ -22,7 +23,12 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
+from configs import fra_eng
+from transformer_jax.evaluation import book_bleu
+from transformer_jax.inference import Translator
+from transformer_jax.launch import quiet_library_logs
 from transformer_jax.runtime.host_memory import MODES as HOST_MEMORY_MODES
+from transformer_jax.training import train_and_evaluate
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (parameter init, dropout, shuffling).")
@@ -36,6 +42,7 @@ flags.DEFINE_integer(
 flags.DEFINE_enum(
     "host_memory", "", ["", *HOST_MEMORY_MODES], "Host allocator ('' = the d2l config's)."
 )
+flags.DEFINE_string("out", None, "Also write each seed's result (translations, BLEU, s) as JSON.")
 
 # The book's examples (d2l §10.7.8 / §11.7.5).
 ENGLISH = ["go .", "i lost .", "he's calm .", "i'm home ."]
@@ -46,11 +53,6 @@ def run_seed(
     seed: int, workdir: Path, num_epochs: int, steps_per_call: int = 0, host_memory: str = ""
 ) -> dict:
     """Train one seed (fresh workdir), then translate and score the book's four sentences."""
-    from configs import fra_eng
-    from transformer_jax.evaluation import book_bleu
-    from transformer_jax.inference import Translator
-    from transformer_jax.training import train_and_evaluate
-
     config = fra_eng.get_config("d2l")
     config.seed = seed
     config.data.shuffle_seed = seed
@@ -98,8 +100,6 @@ def xla_flags() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from transformer_jax.training.metrics import quiet_library_logs
-
     quiet_library_logs()
     logging.set_verbosity(logging.WARNING)
     root = Path(FLAGS.workdir_root or tempfile.mkdtemp(prefix="d2l_check_"))
@@ -132,6 +132,8 @@ def main(argv: list[str]) -> None:
         f"\nMean book BLEU over {len(every)}: {statistics.mean(every):.3f} (target >= 0.75: "
         f"{verdict}; the book's PyTorch code here: 0.72). Runs in {root}."
     )
+    if FLAGS.out:
+        Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -52,9 +52,12 @@ def main(argv: list[str]) -> None:
     from transformer_jax.runtime import configure_process
     from transformer_jax.workdir.checkpoints import load_config
 
-    config = load_config(FLAGS.workdir)
-    configure_process(config)
-    translator = Translator.from_workdir(FLAGS.workdir)
+    try:  # a directory that holds no run: one FATAL line naming it
+        config = load_config(FLAGS.workdir)
+        configure_process(config)
+        translator = Translator.from_workdir(FLAGS.workdir)
+    except OSError as error:
+        launch.fatal(str(error))
     lines = paragraphs(
         load_split_pairs(config.data, config.data.test_split),
         FLAGS.sentences,

@@ -32,25 +32,27 @@ _FORCE = flags.DEFINE_bool("force", False, "Overwrite an existing output_dir.")
 def main(argv: list[str]) -> None:
     launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     del argv
-    if _FORMAT.value == "ctranslate2":
-        from transformer_jax.export.ctranslate2 import export_ctranslate2
+    if _FORMAT.value != "ctranslate2" and _QUANTIZATION.value:
+        raise app.UsageError("--quantization applies to --format=ctranslate2 only.")
+    from transformer_jax.export.ctranslate2 import export_ctranslate2
+    from transformer_jax.export.stablehlo import export_stablehlo
 
-        out = export_ctranslate2(
-            _WORKDIR.value,
-            _OUTPUT_DIR.value,
-            quantization=_QUANTIZATION.value,
-            max_positions=_MAX_POSITIONS.value,
-            step=_STEP.value,
-            force=_FORCE.value,
-        )
-    else:
-        if _QUANTIZATION.value:
-            raise app.UsageError("--quantization applies to --format=ctranslate2 only.")
-        from transformer_jax.export.stablehlo import export_stablehlo
-
-        out = export_stablehlo(
-            _WORKDIR.value, _OUTPUT_DIR.value, step=_STEP.value, force=_FORCE.value
-        )
+    try:  # no run in --workdir (NoCheckpointError), an existing --output_dir: one FATAL line
+        if _FORMAT.value == "ctranslate2":
+            out = export_ctranslate2(
+                _WORKDIR.value,
+                _OUTPUT_DIR.value,
+                quantization=_QUANTIZATION.value,
+                max_positions=_MAX_POSITIONS.value,
+                step=_STEP.value,
+                force=_FORCE.value,
+            )
+        else:
+            out = export_stablehlo(
+                _WORKDIR.value, _OUTPUT_DIR.value, step=_STEP.value, force=_FORCE.value
+            )
+    except (OSError, ValueError) as error:
+        launch.fatal(str(error))
     print(f"Exported {_WORKDIR.value} as {_FORMAT.value} to {out}")
 
 
