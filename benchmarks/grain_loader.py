@@ -76,7 +76,7 @@ except ImportError:
 from benchmarks.common import non_pad_tokens
 from transformer_jax.data import bucketing, create_input_pipeline, sources
 from transformer_jax.data.config import validate_data_config
-from transformer_jax.data.encoding import TokenizedPairs, make_batch, pack_pairs
+from transformer_jax.data.encoding import TokenizedPairs, make_batch, pad_pairs
 from transformer_jax.data.tokenizers import Tokenizer
 from transformer_jax.data.vocab import EOS_ID
 
@@ -173,7 +173,7 @@ def padded_batch(examples: Sequence[Example], src_width: int, tgt_width: int) ->
         src_len=np.array([len(src) for src, _ in examples], np.int32),
         tgt_len=np.array([len(tgt) for _, tgt in examples], np.int32),
     )
-    encoded = pack_pairs(tokenized, src_width, tgt_width)
+    encoded = pad_pairs(tokenized, src_width, tgt_width)
     return make_batch(encoded, np.arange(len(examples)), src_width, tgt_width)
 
 

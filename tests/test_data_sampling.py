@@ -204,7 +204,7 @@ def test_the_same_seed_draws_the_same_ids_in_every_process(tmp_path, model_type)
 def _encoded_and_texts(tok, n=120, max_len=24):
     pairs = list(zip(_sentences(n, seed=2), _sentences(n, seed=3), strict=True))
     tokenized = encoding.tokenize_pairs(pairs, tok, tok)
-    encoded = encoding.pack_pairs(tokenized, max_len, max_len)
+    encoded = encoding.pad_pairs(tokenized, max_len, max_len)
     return pairs, tokenized, encoded
 
 
@@ -253,7 +253,7 @@ def test_resegment_joined_rows_spell_both_sentences(tok):
     tokenized = concatenated_pairs(
         encoding.tokenize_pairs(pairs, tok, tok), 0.5, max_src_len=64, max_tgt_len=64, seed=0
     )
-    encoded = encoding.pack_pairs(tokenized, 64, 64)
+    encoded = encoding.pad_pairs(tokenized, 64, 64)
     sampling = SubwordSampling.for_pairs(pairs, tokenized, tok, tok, alpha=0.1)
     joined = np.arange(40, len(encoded))
     drawn = sampling.resegment(encoded, joined, 64, 64, key=(1, 2))

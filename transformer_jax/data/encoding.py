@@ -88,7 +88,7 @@ def tokenize_pairs(
     return TokenizedPairs(src, tgt, lengths(src), lengths(tgt))
 
 
-def pack_pairs(
+def pad_pairs(
     tokenized: TokenizedPairs, max_src_len: int, max_tgt_len: int, long_pairs: str = "skip"
 ) -> EncodedPairs:
     """Tokenised pairs -> fixed-width arrays, whole pairs only or the book's truncation.
@@ -125,9 +125,9 @@ def encode_pairs(
     max_tgt_len: int,
     long_pairs: str = "truncate",
 ) -> EncodedPairs:
-    """Encodes every pair once (see `pack_pairs`); batches are then cheap numpy gathers."""
+    """Encodes every pair once (see `pad_pairs`); batches are then cheap numpy gathers."""
     tokenized = tokenize_pairs(pairs, src_tokenizer, tgt_tokenizer)
-    return pack_pairs(tokenized, max_src_len, max_tgt_len, long_pairs)
+    return pad_pairs(tokenized, max_src_len, max_tgt_len, long_pairs)
 
 
 def make_batch(

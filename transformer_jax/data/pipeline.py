@@ -11,7 +11,7 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.data import augment, batching, bucketing, lengths, packing, sources
-from transformer_jax.data.encoding import EncodedPairs, pack_pairs, tokenize_pairs
+from transformer_jax.data.encoding import EncodedPairs, pad_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 from transformer_jax.data.truecase_table import build_truecaser
@@ -178,7 +178,7 @@ def _encode(
 ) -> EncodedPairs:
     """Text pairs -> padded id arrays within the length limits (one pair a row)."""
     tokenized = tokenize_pairs(pairs, src_tok, tgt_tok)
-    return pack_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
+    return pad_pairs(tokenized, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
 
 
 def _encode_train(
@@ -212,7 +212,7 @@ def _encode_train(
             len(train_pairs),
             cfg.concat_fraction,
         )
-    train_encoded = pack_pairs(train_tokens, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
+    train_encoded = pad_pairs(train_tokens, cfg.max_src_len, cfg.max_tgt_len, cfg.long_pairs)
     sampling = None
     if cfg.sp_sampling_alpha:
         sampling = SubwordSampling.for_pairs(
@@ -230,7 +230,7 @@ def _encode_train(
             cfg.sp_sampling_alpha,
             cfg.sp_sampling_nbest,
         )
-    # The lists of ids are large and dropped here; the packed arrays are what batches read.
+    # The lists of ids are large and dropped here; the padded arrays are what batches read.
     return train_encoded, sampling, stats
 
 
