@@ -43,7 +43,7 @@ def define_config_flag() -> None:
 
 def run(main) -> None:
     """`app.run(main)` with the launchers' flag checks: a mistake is one FATAL line."""
-    app.run(main, flags_parser=launch.flags_parser(required=("config",)))
+    app.run(main, flags_parser=launch.flags_parser(required=("config",), module=main.__module__))
 
 
 def config_from_flags() -> tuple[ml_collections.ConfigDict, Setting]:

@@ -190,3 +190,21 @@ def test_console_commands_train_and_translate_from_any_directory(installed, tmp_
     )
     assert missing.returncode == 2 and missing.stderr.startswith("FATAL: --workdir is missing")
     assert os.listdir(work) == ["run"]
+
+
+def test_installed_commands_help_lists_their_own_flags(installed, tmp_path):
+    """Installed, `__main__` is pip's wrapper script (no docstring, no flags): absl's own
+    --help printed only `USAGE: ... [flags]` and exited 1 (launch.launcher_help)."""
+    for command, flag in (("translate", "--input_file"), ("evaluate", "--num_examples")):
+        proc = subprocess.run(
+            [installed / "bin" / f"transformer-jax-{command}", "--help"],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"python -m experiments.{command}" in proc.stdout  # the module's docstring
+        assert f"  {flag}:" in proc.stdout and "  --beam_size:" in proc.stdout, proc.stdout
+        assert "--log_dir" not in proc.stdout  # absl's flags only under --helpfull

@@ -57,6 +57,7 @@ __all__ = [  # the config-file helpers live in training.config_files; launchers 
     "define_decoding_flags",
     "fatal",
     "flags_parser",
+    "launcher_help",
     "load_config_file",
     "print_config",
     "quiet_library_logs",
@@ -77,14 +78,22 @@ def flags_parser(
     unless: str | None = None,
     config_flag: str = "config",
     flag_values: flags.FlagValues = flags.FLAGS,
+    module: str | None = None,
 ) -> Callable[[list[str]], list[str]]:
     """An absl `flags_parser` for `app.run` that turns every flag mistake into a FATAL line.
 
     `required`: flags that must be given, unless the boolean flag `unless` is set (e.g.
     `--print_config` needs no `--workdir`). `config_flag`: the `DEFINE_config_file` flag.
+    `--help` (and `--helpfull`) print `launcher_help(module)` and exit 0; `module` is the
+    launcher's module name, by default the module that calls `flags_parser`.
     """
+    module = module or sys._getframe(1).f_globals["__name__"]
 
     def parse(argv: list[str]) -> list[str]:
+        asked = _help_asked(argv[1:])
+        if asked:
+            print(launcher_help(module, full=asked == "full", flag_values=flag_values))
+            sys.exit(0)
         argv = resolve_config_args(argv, config_flag=config_flag)
         try:
             check_config_args(argv, config_flag=config_flag)
@@ -101,6 +110,48 @@ def flags_parser(
         return rest
 
     return parse
+
+
+# absl's own help flags: it prints only the flags of `__main__`, which is absl's app module
+# (no flags) under a console command, and exits 1.
+_SHORT_HELP = ("--help", "-help", "-?", "--helpshort", "-helpshort")
+_FULL_HELP = ("--helpfull", "-helpfull")
+_PROJECT_PACKAGES = ("transformer_jax", "experiments", "benchmarks", "configs")
+
+
+def _help_asked(args: Sequence[str]) -> str | None:
+    """ "short" or "full" if `args` ask for help (before a `--`), else None."""
+    for arg in args:
+        if arg == "--":
+            return None
+        if arg in _FULL_HELP:
+            return "full"
+        if arg in _SHORT_HELP:
+            return "short"
+    return None
+
+
+def launcher_help(
+    module: str, *, full: bool = False, flag_values: flags.FlagValues = flags.FLAGS
+) -> str:
+    """A launcher's `--help`: its module docstring, then its own flags and the shared ones it
+    defined through the project's modules (e.g. `define_decoding_flags`), whether it runs as
+    `python -m` or as an installed console command. `full` adds every other flag (absl, JAX,
+    orbax, TFDS)."""
+    by_module = flag_values.flags_by_module_dict()
+    # A module run as `python -m` registers its flags under sys.argv[0] (absl's rule).
+    own_keys = [module, sys.argv[0]] if module == "__main__" else [module]
+    shared = sorted(k for k in by_module if k.partition(".")[0] in _PROJECT_PACKAGES)
+    ours = [k for k in dict.fromkeys([*own_keys, *shared]) if k in by_module]
+    doc = (getattr(sys.modules.get(module), "__doc__", None) or "").strip("\n")
+    parts = [doc or f"USAGE: {module} [flags]", "", "flags:"]
+    parts += [flag_values.module_help(k) for k in ours]
+    if full:
+        others = sorted(k for k in by_module if k not in ours)
+        parts += ["", "Flags of the libraries:"] + [flag_values.module_help(k) for k in others]
+    else:
+        parts += ["", "Try --helpfull for the flags of the libraries too (absl, JAX, orbax, TFDS)."]
+    return "\n".join(parts)
 
 
 # Warnings orbax logs whenever a checkpoint is opened read-only, as translate, evaluate,
