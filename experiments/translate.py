@@ -12,7 +12,12 @@ run's beam size (recorded at export); its `--alpha` is CTranslate2's length pena
 divided by len^alpha), default 0.
 
 Sentences come from the command line (one per argument, even across a newline), else
-`--input_file` (one per line, split on `\n` only), else stdin. The output (stdout, or
+`--input_file` (one per line, split on `\n` only), else stdin. Stdin that is a file
+(`< in.txt`) is read whole and decoded in batches; a pipe or a terminal is translated as its
+lines arrive, each translation written and flushed at once (so translate can run as a
+co-process; lines already waiting are decoded together), with a prompt on a terminal;
+`--interactive` translates stdin one line at a time whatever it is. No input, no output
+(an empty --output_file). The output (stdout, or
 `--output_file`) has exactly one line per sentence, in order: the translation (an empty line
 for an empty input), or with `--format=tsv` the source, a tab and the translation. A
 book-style run (fra_eng) trains on lowercased text with spaced punctuation; translations are
@@ -23,7 +28,9 @@ warnings (invalid UTF-8, over-long inputs) go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import TextIO
 
 from absl import app, flags
 
@@ -53,6 +60,12 @@ flags.DEFINE_enum(
     "the CTranslate2 export in --model_dir (experiments.export --format=ctranslate2).",
 )
 flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
+flags.DEFINE_bool(
+    "interactive",
+    False,
+    "Translate stdin one line at a time, each written and flushed before the next is read "
+    "(a pipe or terminal is already translated as its lines arrive, those waiting together).",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -63,36 +76,48 @@ def main(argv: list[str]) -> None:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
     from transformer_jax.evaluation.translate_cli import (
         read_sentences,
+        stdin_is_stream,
+        translate_stream,
         translate_workdir,
         write_lines,
     )
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
+    from_stdin = not argv[1:] and FLAGS.input_file in (None, "-")
+    if FLAGS.interactive and not from_stdin:
+        launch.fatal("--interactive reads stdin: drop the sentence arguments and --input_file.")
+    options = {
+        "output_format": FLAGS.format,
+        "text": FLAGS.text,
+        **launch.decoding_flag_values(),
+        "attention_plot": FLAGS.attention_plot,
+    }
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         configure_process(load_config(FLAGS.workdir))
         cpu_devices.apply(FLAGS.cpu_devices)
-        sentences = _sentences(argv, read_sentences)
-        lines = translate_workdir(
-            FLAGS.workdir,
-            sentences,
-            output_format=FLAGS.format,
-            text=FLAGS.text,
-            **launch.decoding_flag_values(),
-            attention_plot=FLAGS.attention_plot,
-        )
-        write_lines(lines, FLAGS.output_file, sys.stdout)
+        with _output() as output:  # opened before decoding: a bad path fails now
+            if from_stdin and (FLAGS.interactive or stdin_is_stream(sys.stdin)):
+                translate_stream(
+                    FLAGS.workdir, sys.stdin, output, one_line=FLAGS.interactive, **options
+                )
+                return
+            sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+            lines = translate_workdir(FLAGS.workdir, sentences, **options) if sentences else []
+            write_lines(lines, None, output)
     except (NoCheckpointError, OSError, ValueError) as error:
         launch.fatal(str(error))
 
 
-def _sentences(argv: list[str], read_sentences) -> list[str]:
-    """The input of either engine: arguments, else --input_file, else stdin."""
-    sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-    if not sentences:
-        raise app.UsageError("No sentences: pass them as arguments, --input_file or stdin.")
-    return sentences
+def _output() -> contextlib.AbstractContextManager[TextIO]:
+    """--output_file opened for writing (UTF-8, "\n" line ends), else stdout (left open)."""
+    if not FLAGS.output_file:
+        return contextlib.nullcontext(sys.stdout)
+    try:
+        return open(FLAGS.output_file, "w", encoding="utf-8", newline="\n")
+    except OSError as error:
+        launch.fatal(f"--output_file={FLAGS.output_file}: {error.strerror or error}.")
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
@@ -108,13 +133,17 @@ def _main_ctranslate2(argv: list[str]) -> None:
     ]
     if FLAGS.average_last != 1:
         unsupported.append("--average_last")
+    if FLAGS.interactive:
+        unsupported.append("--interactive")
     if unsupported:
         launch.fatal(
             f"{', '.join(unsupported)} apply to --engine=jax only; a CTranslate2 export holds "
             "one set of weights (export an averaged or earlier checkpoint instead)."
         )
     try:
-        sentences = _sentences(argv, read_sentences)
+        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+        if not sentences:  # no input, no output
+            return write_lines([], FLAGS.output_file, sys.stdout)
         texts = translate_lines(
             FLAGS.model_dir,
             sentences,

@@ -16,8 +16,11 @@ on, where the attention plot went) is said on stderr, never mixed into the outpu
 
 from __future__ import annotations
 
+import os
+import select
+import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +35,8 @@ from transformer_jax.inference.sources import unknown_words
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
 STDIN_PROMPT = "Reading sentences from stdin, one per line; end with Ctrl-D (Windows: Ctrl-Z)."
+TERMINAL_PROMPT = "Type a sentence and press Enter for its translation; Ctrl-D ends."
+LINE_PROMPT = "> "
 
 
 def read_sentences(
@@ -65,6 +70,12 @@ def read_sentences(
     else:
         return []
     lines, invalid = decode_lines(data)
+    _warn_invalid(where, invalid, stderr)
+    return lines
+
+
+def _warn_invalid(where: str, invalid: Sequence[int], stderr: TextIO) -> None:
+    """Names the lines (numbers from 1) that were not valid UTF-8, if any."""
     if invalid:
         which = ", ".join(map(str, invalid[:10])) + (" ..." if len(invalid) > 10 else "")
         noun = "line" if len(invalid) == 1 else "lines"
@@ -74,7 +85,6 @@ def read_sentences(
             file=stderr,
             flush=True,
         )
-    return lines
 
 
 def check_format(output_format: str, text: str = "natural") -> str:
@@ -120,6 +130,7 @@ def translate_workdir(
     attention_plot: str | Path | None = None,
     translator: Translator | None = None,
     stderr: TextIO | None = None,
+    first_number: int = 1,
 ) -> list[str]:
     """Translate `sentences` with the run in `workdir`; returns one output line each.
 
@@ -133,7 +144,7 @@ def translate_workdir(
     `<unk>` (`inference.sources.unknown_words`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
-    the log).
+    the log). Notes number the sentences from `first_number` (a stream's later lines).
     """
     check_format(output_format, text)
     stderr = stderr or sys.stderr
@@ -150,8 +161,9 @@ def translate_workdir(
     for i, tokens in out.sources.long.items():
         part = " in its longest sentence" if i in out.sources.parts else ""
         print(
-            f"note: sentence {i + 1} has {tokens} tokens{part}, more than the longest the model "
-            f"was trained on ({translator.settings['trained_len']}): translated whole.",
+            f"note: sentence {first_number + i} has {tokens} tokens{part}, more than the "
+            f"longest the model was trained on ({translator.settings['trained_len']}): "
+            "translated whole.",
             file=stderr,
         )
     for i, (sentence, ids) in enumerate(zip(prepared, out.sources.ids, strict=True)):
@@ -160,8 +172,9 @@ def translate_workdir(
             shown = ", ".join(repr(w) for w in unknown[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             print(
-                f"note: sentence {i + 1} has {shown}{more}, which the model's vocabulary does "
-                "not cover: read as <unk>, so the translation may miss or invent them.",
+                f"note: sentence {first_number + i} has {shown}{more}, which the model's "
+                "vocabulary does not cover: read as <unk>, so the translation may miss or "
+                "invent them.",
                 file=stderr,
             )
     if attention_plot:
@@ -189,3 +202,105 @@ def write_lines(lines: Sequence[str], output_file: str | Path | None, stdout: Te
     else:
         stdout.write(text)
         stdout.flush()
+
+
+def stdin_is_stream(stdin: TextIO) -> bool:
+    """True unless `stdin` is a regular file (`< in.txt`): a terminal, a pipe or a socket
+    may deliver lines over time, so `translate_stream` translates them as they come."""
+    try:
+        return not stat.S_ISREG(os.fstat(stdin.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like: no descriptor
+        return False
+
+
+def line_chunks(
+    fd: int, *, one_line: bool = False, prompt: Callable[[], None] | None = None
+) -> Iterator[bytes]:
+    """The bytes read from descriptor `fd`, cut after line ends, as they arrive.
+
+    Each chunk holds every complete line already waiting (a fast pipe or a pasted block: a
+    batch), read without blocking once the first has come; `one_line`: exactly one line per
+    chunk. At the end of the input an unterminated last line is the last chunk. `prompt` is
+    called before each wait for a new line (a terminal's "> ").
+    """
+    pending, ended = b"", False
+    while not ended or pending:
+        if not ended and (b"\n" not in pending):
+            if prompt is not None and not pending:
+                prompt()
+            data = os.read(fd, 1 << 16)  # blocks until something arrives
+            ended = not data
+            pending += data
+            # What else is waiting now joins this chunk (select: no wait, timeout 0).
+            while not ended and not one_line and select.select([fd], [], [], 0)[0]:
+                data = os.read(fd, 1 << 16)
+                ended = not data
+                pending += data
+                if len(pending) > 1 << 20:
+                    break
+        if one_line:
+            cut = pending.find(b"\n") + 1
+        else:
+            cut = pending.rfind(b"\n") + 1
+        if cut == 0 and ended:
+            cut = len(pending)  # the last line, without "\n"
+        if cut:
+            chunk, pending = pending[:cut], pending[cut:]
+            yield chunk
+
+
+def translate_stream(
+    workdir: str | Path,
+    stdin: TextIO,
+    stdout: TextIO,
+    *,
+    one_line: bool = False,
+    attention_plot: str | Path | None = None,
+    translator: Translator | None = None,
+    stderr: TextIO | None = None,
+    **options: Any,
+) -> int:
+    """Translate `stdin` line by line as its lines arrive; returns the number of lines.
+
+    The run is loaded first; then each chunk of lines (`line_chunks`: every line already
+    waiting, or with `one_line` exactly one) is translated by `translate_workdir` (`options`:
+    its keywords), written to `stdout` and flushed before the next is read, so a program can
+    write a line and read its translation back (a co-process). From a terminal, a prompt
+    on `stderr`. The same lines and notes as `translate_workdir` on the whole input; the
+    attention plot is of the first non-empty line.
+    """
+    stderr = stderr or sys.stderr
+    check_format(options.get("output_format", "plain"), options.get("text", "natural"))
+    translator = translator or Translator.from_workdir(
+        workdir, options.get("step"), average_last=options.get("average_last", 1)
+    )
+
+    def prompt() -> None:
+        print(LINE_PROMPT, end="", file=stderr, flush=True)
+
+    terminal = stdin.isatty()
+    if terminal:
+        print(TERMINAL_PROMPT, file=stderr, flush=True)
+    done = 0
+    for chunk in line_chunks(
+        stdin.fileno(), one_line=one_line, prompt=prompt if terminal else None
+    ):
+        lines, invalid = decode_lines(chunk)
+        _warn_invalid("stdin", [done + n for n in invalid], stderr)
+        plot = None
+        if attention_plot and any(translator.prepare(s) for s in lines):
+            plot, attention_plot = attention_plot, None
+        out = translate_workdir(
+            workdir,
+            lines,
+            translator=translator,
+            attention_plot=plot,
+            stderr=stderr,
+            first_number=done + 1,
+            **options,
+        )
+        write_lines(out, None, stdout)
+        done += len(lines)
+    if terminal:
+        print(file=stderr)  # Ctrl-D ended the last prompt's line
+    return done
