@@ -16,10 +16,10 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
   readme_cached  the README run again, fresh workdir, the first launch's cache
   hour           the hour recipe from a fresh workdir and a fresh data directory (data
                  building included), scored with its beam 6 on the whole test split
-  speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with tuned
+  speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with custom_vjp
                  and with autodiff gradients, Flax WMT, torch eager, torch.compile; tokens/s
                  and MFU against the bfloat16 matmul peak measured in the same process
-  gradients      the README model's step: tuned against autodiff gradients, in turns
+  gradients      the README model's step: custom_vjp against autodiff gradients, in turns
   tests          pytest on tests/test_{ops,nn,decoding}_*.py and test_transformations.py
 
 The report's stages: "programs" (every program each run compiled, from its
@@ -216,14 +216,14 @@ def _speed(ctx: Context, name: str, size: str, impls: str, peak: int, timeout_s:
 
 def job_speed(ctx: Context, timeout_s: float) -> dict:
     # Warm-up order = what a cut-off job should still have measured.
-    impls = "torch eager,ours (tuned),flax wmt,torch.compile,ours (autodiff)"
+    impls = "torch eager,ours (custom_vjp),flax wmt,torch.compile,ours (autodiff)"
     size, peak = ("tiny", 256) if ctx.dry else ("base", 8192)
     return _speed(ctx, "speed", size, impls, peak, timeout_s)
 
 
 def job_gradients(ctx: Context, timeout_s: float) -> dict:
     size = "readme_local" if ctx.dry else "readme"
-    return _speed(ctx, "gradients", size, "ours (tuned),ours (autodiff)", 0, timeout_s)
+    return _speed(ctx, "gradients", size, "ours (custom_vjp),ours (autodiff)", 0, timeout_s)
 
 
 def job_tests(ctx: Context, timeout_s: float) -> dict:

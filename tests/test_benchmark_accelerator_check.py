@@ -85,7 +85,7 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
     have_torch = importlib.util.find_spec("torch") is not None
     for key, impls in (
         ("base", speed_worker_impls()),
-        ("readme", ("ours (tuned)", "ours (autodiff)")),
+        ("readme", ("ours (custom_vjp)", "ours (autodiff)")),
     ):
         for name in impls:
             entry = speed[key]["impls"][name]

@@ -98,7 +98,7 @@ def test_bfloat16_rounds_the_operands_and_accumulates_in_float32():
     np.testing.assert_array_equal(rounded, jnp.asarray(f32, jnp.bfloat16))
 
 
-def test_tuned_gradients_equal_autodiff():
+def test_custom_vjp_gradients_equal_autodiff():
     x = _random((2, 5, 6), 7)
 
     def grads(gradients):
@@ -110,8 +110,8 @@ def test_tuned_gradients_equal_autodiff():
 
         return jax.grad(loss, argnums=(0, 1))(params, x)
 
-    tuned, autodiff = grads("tuned"), grads("autodiff")
-    for a, b in zip(jax.tree.leaves(tuned), jax.tree.leaves(autodiff), strict=True):
+    custom, autodiff = grads("custom_vjp"), grads("autodiff")
+    for a, b in zip(jax.tree.leaves(custom), jax.tree.leaves(autodiff), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -149,7 +149,7 @@ def test_parameter_tree_is_the_one_checkpoints_hold():
     assert {v.dtype for v in got.values()} == {jnp.dtype(jnp.float32)}
 
 
-@pytest.mark.parametrize("gradients", ["autodiff", "tuned"])
+@pytest.mark.parametrize("gradients", ["autodiff", "custom_vjp"])
 def test_additive_scorer_runs_in_bfloat16_close_to_float32(gradients):
     """Its per-head projections go through `ops.dense` too: float32 accumulation of bfloat16
     operands, which XLA:CPU runs only in the heads-first order (nn/attention.py)."""

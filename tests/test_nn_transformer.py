@@ -215,7 +215,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_logits():
     assert np.abs(np.asarray(f32 - bf16)).max() < 0.1 * np.abs(np.asarray(f32)).max()
 
 
-@pytest.mark.parametrize("gradients", ["tuned", "autodiff"])
+@pytest.mark.parametrize("gradients", ["custom_vjp", "autodiff"])
 def test_bfloat16_gradients_are_close_to_float32(gradients):
     # bf16 matmuls accumulate in float32 (ops.einsum), under either derivative rule; the
     # gradients must still be the model's.

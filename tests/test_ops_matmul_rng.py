@@ -1,4 +1,4 @@
-"""ops.einsum: float32-accumulating low-precision matmuls and their tuned gradients."""
+"""ops.einsum: float32-accumulating low-precision matmuls and their custom-VJP gradients."""
 
 import functools
 
@@ -65,7 +65,7 @@ def test_bf16_forward_and_gradients_match_float64(spec, shape_a, shape_b, gradie
 
 def _transposed_shapes(spec, a, b):
     """Shapes of the arrays the einsum gradient transposes (jaxpr `transpose` inputs)."""
-    loss = lambda x, y: jnp.sum(ops.einsum(spec, x, y, gradients="tuned"))  # noqa: E731
+    loss = lambda x, y: jnp.sum(ops.einsum(spec, x, y, gradients="custom_vjp"))  # noqa: E731
     jaxpr = jax.make_jaxpr(jax.grad(loss, (0, 1)))(a, b)
     shapes = []
 
@@ -107,7 +107,7 @@ def test_float32_forward_is_plain_einsum():
 
 def test_bf16_weight_gradient_under_shard_map_is_summed_over_devices():
     """A replicated weight times sharded activations inside shard_map (check_vma=True):
-    the tuned VJP's gradient must come back replicated, summed over the batch shards,
+    the custom VJP's gradient must come back replicated, summed over the batch shards,
     as plain einsum's does (it raised a type error before `pcast`)."""
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
@@ -138,7 +138,7 @@ def test_bf16_weight_gradient_under_shard_map_is_summed_over_devices():
 @pytest.mark.parametrize("gradients", ops.GRADIENTS)
 @pytest.mark.parametrize("spec,shape_a,shape_b", SPECS)
 def test_float32_gradients_match_float64(spec, shape_a, shape_b, gradients):
-    """float32 has the same tuned VJP (layouts only); gradients against float64."""
+    """float32 has the same custom VJP (layouts only); gradients against float64."""
     a, b = _operands(shape_a, shape_b, seed=2)
     g = np.random.default_rng(3).normal(size=np.einsum(spec, a, b).shape)
 
@@ -171,15 +171,15 @@ def test_mixed_dtypes_and_lonely_indices_are_rejected():
 
 
 def test_hessian_vector_products_differentiate_the_custom_vjp():
-    """Reverse-over-reverse through attention's tuned VJPs (batched dots) and softmax's
+    """Reverse-over-reverse through attention's custom VJPs (batched dots) and softmax's
     JVP rule equals the same through plain jnp.einsum and jax.nn.softmax."""
     rng = np.random.default_rng(7)
     a, b = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 3, 5, 4), (2, 3, 6, 4)))
     v = jnp.asarray(rng.normal(size=a.shape), jnp.float32)
 
     def ours(x):
-        w = ops.masked_softmax(ops.einsum("BHTK,BHSK->BHTS", x, b, gradients="tuned"), None)
-        return jnp.sum(ops.einsum("BHTS,BHSK->BHTK", w, b, gradients="tuned") ** 2)
+        w = ops.masked_softmax(ops.einsum("BHTK,BHSK->BHTS", x, b, gradients="custom_vjp"), None)
+        return jnp.sum(ops.einsum("BHTS,BHSK->BHTK", w, b, gradients="custom_vjp") ** 2)
 
     def plain(x):
         w = jax.nn.softmax(jnp.einsum("BHTK,BHSK->BHTS", x, b))
@@ -206,7 +206,7 @@ def test_compiled_gradients_lay_out_no_large_operand_transposed(spec, shape_a, s
     """What XLA:CPU runs (the optimised HLO), not only the jaxpr: asked for a transposed
     result, XLA swaps the dot's operands and transposes the large one instead."""
     a, b = (jnp.ones(s, jnp.float32) for s in (shape_a, shape_b))
-    loss = lambda x, y: jnp.sum(jnp.sin(ops.einsum(spec, x, y, gradients="tuned")))  # noqa: E731
+    loss = lambda x, y: jnp.sum(jnp.sin(ops.einsum(spec, x, y, gradients="custom_vjp")))  # noqa: E731
     hlo = jax.jit(jax.grad(loss, (0, 1))).lower(a, b).compile().as_text()
     transposed = f"f32[{large[0]},{large[1]}]"
     assert transposed not in hlo, [line for line in hlo.splitlines() if transposed in line][:3]

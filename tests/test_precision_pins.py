@@ -48,8 +48,8 @@ def test_the_pin_reaches_every_matmul_of_the_model():
     assert len(forward) >= 20 and set(forward) == {pinned}, sorted(set(forward))
 
     # The train step's objective under both derivative rules: JAX's transposes and the
-    # tuned custom VJPs' own backward matmuls.
-    for gradients in ("autodiff", "tuned"):
+    # custom VJPs' own backward matmuls.
+    for gradients in ("autodiff", "custom_vjp"):
         model = Transformer(CFG.replace(gradients=gradients))
 
         def loss(p, model=model, gradients=gradients):

@@ -16,12 +16,14 @@ from transformer_jax.training.builder import build
 
 
 def test_auto_resolves_per_platform_and_explicit_values_stay():
-    assert backend.resolve(backend.GRADIENTS, "auto", "cpu") == "tuned"
+    assert backend.resolve(backend.GRADIENTS, "auto", "cpu") == "custom_vjp"
     assert backend.resolve(backend.GRADIENTS, "auto", "gpu") == "autodiff"
     assert backend.resolve(backend.GRADIENTS, "auto", "tpu") == "autodiff"
     assert backend.resolve(backend.HOST_MEMORY, "auto", "cpu") == "reuse"
     assert backend.resolve(backend.HOST_MEMORY, "auto", "gpu") == "system"
-    assert backend.resolve(backend.GRADIENTS, "tuned", "gpu") == "tuned"  # a choice is kept
+    assert (
+        backend.resolve(backend.GRADIENTS, "custom_vjp", "gpu") == "custom_vjp"
+    )  # a choice is kept
     assert [backend.platform_name(n) for n in ("cuda", "ROCM", "tpu", "cpu")] == [
         "gpu",
         "gpu",
@@ -65,7 +67,7 @@ def test_a_fresh_cpu_process_resolves_host_memory_auto_to_reuse_before_jax_start
     assert out.stdout.split() == ["True", "reuse", "False"]
 
 
-@pytest.mark.parametrize(("platform", "want"), [("cpu", "tuned"), ("gpu", "autodiff")])
+@pytest.mark.parametrize(("platform", "want"), [("cpu", "custom_vjp"), ("gpu", "autodiff")])
 def test_the_train_step_takes_the_platforms_gradients_rule(monkeypatch, platform, want):
     monkeypatch.setattr(step_lib.jax, "default_backend", lambda: platform)
     config = fra_eng.get_config("runlocal")

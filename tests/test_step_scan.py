@@ -37,7 +37,7 @@ def _batch(i: int) -> dict[str, np.ndarray]:
 
 def _tiny(kind: str = "pmap", seed: int = 0, **overrides) -> Built:
     """The train loop's builder on the tiny model (the run config's `gradients` rule,
-    "tuned", included)."""
+    "custom_vjp", included)."""
     config = training_defaults()
     config.model = model_configs.get_config("tiny")
     config.update(overrides, seed=seed)

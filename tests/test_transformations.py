@@ -2,10 +2,10 @@
 
 The reference is the model and loss with `gradients="autodiff"`: plain `jnp.einsum` and
 JAX's own derivatives. Forward mode (jvp, jacfwd, linearize) runs on that path and is
-checked against reverse mode through the tuned custom VJPs (`gradients="tuned"`, what the
+checked against reverse mode through the custom VJPs (`gradients="custom_vjp"`, what the
 train step runs), and the other way round: two independent derivative implementations
 must agree. Hessian-vector products are compared in both orders on both paths. Forward
-mode on the tuned path is a clear `ForwardModeError`.
+mode on the custom-VJP path is a clear `ForwardModeError`.
 """
 
 import functools
@@ -119,14 +119,14 @@ def _scalar_close(actual, expected, name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_jvp_linearize_and_grad_agree_across_the_two_paths(name):
     params = _params(name)
-    plain, tuned = _loss(name, "autodiff"), _loss(name, "tuned")
+    plain, custom = _loss(name, "autodiff"), _loss(name, "custom_vjp")
     v = _direction(params, 4)
     # Each transformation jitted whole: one compilation instead of many eager dispatches.
     value, forward = jax.jit(lambda p, t: jax.jvp(plain, (p,), (t,)))(params, v)
-    grad_tuned = jax.jit(jax.grad(tuned))(params)
-    _scalar_close(forward, _vdot(grad_tuned, v), name)  # forward mode vs tuned reverse mode
-    _close(jax.jit(jax.grad(plain))(params), grad_tuned, name)  # plain vs tuned reverse mode
-    _scalar_close(jax.jit(tuned)(params), value, name)  # the same forward either way
+    grad_custom = jax.jit(jax.grad(custom))(params)
+    _scalar_close(forward, _vdot(grad_custom, v), name)  # forward mode vs custom-VJP reverse mode
+    _close(jax.jit(jax.grad(plain))(params), grad_custom, name)  # plain vs custom-VJP reverse mode
+    _scalar_close(jax.jit(custom)(params), value, name)  # the same forward either way
 
     def linearized(p, t):
         value, lin = jax.linearize(plain, p)
@@ -138,7 +138,7 @@ def test_jvp_linearize_and_grad_agree_across_the_two_paths(name):
 
 
 @pytest.mark.parametrize("name", ["post_dot_dropout_f32", "post_dot_dropout_bf16"])
-def test_jacfwd_matches_jacrev_through_the_tuned_path(name):
+def test_jacfwd_matches_jacrev_through_the_custom_vjp_path(name):
     """Jacobians of the logits and of the loss with respect to the encoder's query kernel:
     its derivative runs through the whole encoder, cross-attention, decoder and loss."""
     cfg, batch, params = CONFIGS[name], _batch(), _params(name)
@@ -164,7 +164,7 @@ def test_jacfwd_matches_jacrev_through_the_tuned_path(name):
     for f in (logits, loss):
         forward = jax.jit(jax.jacfwd(f("autodiff")))(kernel)
         assert np.abs(np.asarray(forward, np.float32)).max() > 1e-4
-        _close(forward, jax.jit(jax.jacrev(f("tuned")))(kernel), name)
+        _close(forward, jax.jit(jax.jacrev(f("custom_vjp")))(kernel), name)
 
 
 @pytest.mark.parametrize("name", ["pre_additive_f32"])
@@ -179,10 +179,10 @@ def test_hessian_vector_products_in_both_orders_on_both_paths(name):
     def rev_over_rev(loss):
         return jax.grad(lambda p: _vdot(jax.grad(loss)(p), v))(params)
 
-    plain, tuned = _loss(name, "autodiff"), _loss(name, "tuned")
+    plain, custom = _loss(name, "autodiff"), _loss(name, "custom_vjp")
     reference = fwd_over_rev(plain)
     assert max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(reference)) > 1e-3
-    for hvp in (rev_over_rev(plain), fwd_over_rev(tuned), rev_over_rev(tuned)):
+    for hvp in (rev_over_rev(plain), fwd_over_rev(custom), rev_over_rev(custom)):
         _close(hvp, reference, name)
 
 
@@ -190,9 +190,9 @@ def test_hessian_vector_products_in_both_orders_on_both_paths(name):
 def test_vmap_over_a_batch_of_parameter_sets(name):
     params = _params(name)
     stacked = jax.tree.map(lambda x, d: jnp.stack([x, x + 0.05 * d]), params, _direction(params, 6))
-    plain, tuned = _loss(name, "autodiff"), _loss(name, "tuned")
+    plain, custom = _loss(name, "autodiff"), _loss(name, "custom_vjp")
     values = jax.jit(jax.vmap(plain))(stacked)
-    grads = jax.jit(jax.vmap(jax.grad(tuned)))(stacked)
+    grads = jax.jit(jax.vmap(jax.grad(custom)))(stacked)
     jvp = jax.jit(lambda p, t: jax.jvp(plain, (p,), (t,)))
     tangents = jax.jit(jax.vmap(lambda p: jvp(p, params)[1]))(stacked)
     grad_plain = jax.jit(jax.grad(plain))
@@ -204,7 +204,7 @@ def test_vmap_over_a_batch_of_parameter_sets(name):
         _scalar_close(tangents[i], tangent, name)
 
 
-@pytest.mark.parametrize("gradients", ["autodiff", "tuned"])
+@pytest.mark.parametrize("gradients", ["autodiff", "custom_vjp"])
 def test_checkpointed_layers_give_the_same_derivatives(gradients):
     name = "post_dot_dropout_f32"
     params = _params(name)
@@ -220,7 +220,7 @@ def test_checkpointed_layers_give_the_same_derivatives(gradients):
         _scalar_close(forward, _vdot(reference, v), name)
 
 
-def test_decode_step_with_the_cache_jvp_matches_the_tuned_vjp():
+def test_decode_step_with_the_cache_jvp_matches_the_custom_vjp():
     cfg = CONFIGS["post_dot_dropout_f32"].replace(deterministic=True)
     batch, params = _batch(), _params("post_dot_dropout_f32")
     model = Transformer(cfg.replace(decode=True))
@@ -248,22 +248,22 @@ def test_decode_step_with_the_cache_jvp_matches_the_tuned_vjp():
 
     v = _direction(params, 8)
     forward = jax.jit(lambda p, t: jax.jvp(step("autodiff"), (p,), (t,))[1])(params, v)
-    backward = jax.jit(jax.grad(step("tuned")))(params)
+    backward = jax.jit(jax.grad(step("custom_vjp")))(params)
     _scalar_close(forward, _vdot(backward, v), "post_dot_dropout_f32")
 
 
-def test_forward_mode_on_the_tuned_path_is_a_clear_error():
+def test_forward_mode_on_the_custom_vjp_path_is_a_clear_error():
     name = "post_dot_dropout_f32"
-    params, tuned = _params(name), _loss(name, "tuned")
+    params, custom = _params(name), _loss(name, "custom_vjp")
     with pytest.raises(ops.ForwardModeError, match='ModelConfig\\(gradients="autodiff"\\)'):
-        jax.jvp(tuned, (params,), (params,))
+        jax.jvp(custom, (params,), (params,))
     with pytest.raises(ops.ForwardModeError, match="forward-mode"):
-        jax.jit(jax.jacfwd(tuned))(params)
+        jax.jit(jax.jacfwd(custom))(params)
     logits = jnp.zeros((1, 2, V))
     with pytest.raises(ops.ForwardModeError, match="token_losses"):
         jax.jvp(
             lambda z: weighted_loss_sums(
-                z, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2)), 0.1, gradients="tuned"
+                z, jnp.zeros((1, 2), jnp.int32), jnp.ones((1, 2)), 0.1, gradients="custom_vjp"
             )["loss"],
             (logits,),
             (logits,),

@@ -106,7 +106,7 @@ def get(name: str) -> Size:
 
 
 def with_gradients(size: Size, gradients: str) -> Size:
-    """The same size with the run config's `gradients` rule set ("tuned" | "autodiff")."""
+    """The same size with the run config's `gradients` rule set ("custom_vjp" | "autodiff")."""
     config = ml_collections.ConfigDict(size.config.to_dict())
     config.gradients = gradients
     return dataclasses.replace(size, config=config)

@@ -1,7 +1,7 @@
 r"""Train-step speed in turns, one process: ours, Flax WMT, torch eager and torch.compile.
 
     python -m benchmarks.accelerator.speed_worker --size=base --flax_wmt_dir=.flax_wmt \
-        --impls="ours (tuned),ours (autodiff),flax wmt,torch eager,torch.compile" \
+        --impls="ours (custom_vjp),ours (autodiff),flax wmt,torch eager,torch.compile" \
         --peak_size=8192 --time_limit_s=150 --out=/tmp/speed.json
 
 Every implementation gets the same host batches (`sizes.Size.batch`) and runs one Adam
@@ -10,7 +10,7 @@ built and called once (its compile, or torch's first step), then `--warmup` more
 then they are timed in turns, one step each, round after round (A B C A B C ...), so the
 drift of a shared machine falls on all alike; the median step is reported.
 
-  ours (tuned|autodiff): `training.build` of the size's run config with `gradients` set,
+  ours (custom_vjp|autodiff): `training.build` of the size's run config with `gradients` set,
     as a run of that config trains (benchmarks/train_step.py's path).
   flax wmt: their `models.Transformer` of the same sizes, our step (`flax_wmt.TrainStep`).
   torch eager / torch.compile: `benchmarks.torch_reference` on CUDA when there is one,
@@ -50,7 +50,7 @@ from benchmarks.accelerator import flax_wmt, jobs, sizes
 from transformer_jax.runtime import configure_process
 from transformer_jax.training.config import validate_config
 
-IMPLS = ("ours (tuned)", "ours (autodiff)", "flax wmt", "torch eager", "torch.compile")
+IMPLS = ("ours (custom_vjp)", "ours (autodiff)", "flax wmt", "torch eager", "torch.compile")
 NUM_BATCHES = 4  # distinct host batches, cycled
 
 

@@ -66,7 +66,7 @@ class ModelConfig:
       decode: incremental decoding with the key/value cache.
       gradients: the derivative rule of every matmul (`ops.einsum`) and of the loss:
         "autodiff" (the default: JAX's own, so jvp, jacfwd, linearize, Hessians, vmap
-        and remat all work) or "tuned" (custom VJPs, reverse mode only, faster on
+        and remat all work) or "custom_vjp" (custom VJPs, reverse mode only, faster on
         XLA:CPU; the train step sets it from the run config's `gradients`).
       pad_id: the padding token id.
     """

@@ -27,7 +27,7 @@ class Einsum(nn.Module):
       spec: input, then kernel, e.g. "BTD,DHK->BHTK".
       shape: the kernel's shape, one size per index of the spec's second operand.
       dtype: the compute dtype (parameters stay float32).
-      gradients: the matmul's derivative rule, "autodiff" or "tuned" (`ops.einsum`).
+      gradients: the matmul's derivative rule, "autodiff" or "custom_vjp" (`ops.einsum`).
       use_bias: a zero-initialised `bias` over the kernel's output axes ((H, K) above).
       out_dtype: the result's dtype; None = `dtype`.
 

@@ -26,7 +26,7 @@ def dot_product_scores(q: Array, k: Array, *, gradients: str = "autodiff") -> Ar
     Args:
       q: (B, H, T, K) queries.
       k: (B, H, S, K) keys.
-      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
+      gradients: derivative rule of the matmuls, "autodiff" or "custom_vjp" (`ops.einsum`).
 
     Returns:
       (B, H, T, S) scores.
@@ -70,7 +70,7 @@ def attend(
       scores: (B, H, T, S).
       v: (B, H, S, K) values.
       mask: boolean broadcastable to (B, H, T, S), True = may attend.
-      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
+      gradients: derivative rule of the matmuls, "autodiff" or "custom_vjp" (`ops.einsum`).
 
     Returns:
       out: (B, H, T, K) and weights: (B, H, T, S) (before dropout, for visualisation).
@@ -97,7 +97,7 @@ def scaled_dot_product_attention(
     Args:
       q: (B, H, T, K), k: (B, H, S, K), v: (B, H, S, K).
       mask: boolean broadcastable to (B, H, T, S), True = may attend.
-      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
+      gradients: derivative rule of the matmuls, "autodiff" or "custom_vjp" (`ops.einsum`).
 
     Returns:
       out: (B, H, T, K), weights: (B, H, T, S).

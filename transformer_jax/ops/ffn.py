@@ -38,7 +38,7 @@ def position_wise_ffn(
       x: (B, T, D).
       w1: (D, F), b1: (F,), w2: (F, D), b2: (D,). Weights are cast to x.dtype (the
         compute dtype); biases are added in float32 (`ops.dense`).
-      gradients: derivative rule of the matmuls, "autodiff" or "tuned" (`ops.einsum`).
+      gradients: derivative rule of the matmuls, "autodiff" or "custom_vjp" (`ops.einsum`).
 
     Returns:
       (B, T, D).

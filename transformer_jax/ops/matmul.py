@@ -1,4 +1,4 @@
-"""Two-operand einsum with a choice of derivative rules: JAX's own, or tuned gradient matmuls.
+"""Two-operand einsum with a choice of derivative rules: JAX's own, or a custom VJP's.
 
 Every matmul of the model goes through `einsum`, those with a weight through `dense` (the
 casts to and from the compute dtype around it). `einsum`'s forward is `jnp.einsum` (float32
@@ -9,7 +9,7 @@ rules, `gradients=`:
   every transformation works: `jax.jvp`, `jax.jacfwd`, `jax.linearize`, `jax.grad`,
   Hessian-vector products in either order, `jax.vmap`, `jax.checkpoint`
   (tests/test_transformations.py).
-- "tuned": a custom VJP whose backward computes the two gradient einsums itself, in the
+- "custom_vjp": a custom VJP whose backward computes the two gradient einsums itself, in the
   layouts XLA:CPU runs fast and in the operands' dtype. Reverse mode only: `jax.grad`,
   `jax.vjp`, and Hessian-vector products built from them (reverse-over-reverse,
   forward-over-reverse), under `vmap` and `checkpoint` too. Forward mode raises:
@@ -22,7 +22,7 @@ that survives higher-order differentiation and `vmap` (`custom_jvp` + `custom_vj
 be combined; `jax.custom_derivatives.linear_call` has no batching rule and no derivative in
 its residuals), hence the switch.
 
-Why tuned. Layout: XLA:CPU runs a dot fast when the left operand's contracted axes are
+Why a custom VJP. Layout: XLA:CPU runs a dot fast when the left operand's contracted axes are
 minor; otherwise XLA transposes an operand first, and in autodiff's gradients it often
 picks the large one (the (B·T, V) logits gradient for the output weights' gradient;
 attention's dK = dSᵀ·Q and dV = Wᵀ·dO as per-batch loops). `_gradient_dot` orders the
@@ -46,11 +46,11 @@ import jax.numpy as jnp
 Array = jnp.ndarray
 
 
-GRADIENTS = ("autodiff", "tuned")
+GRADIENTS = ("autodiff", "custom_vjp")
 
 
 class ForwardModeError(TypeError):
-    """Forward-mode autodiff reached an einsum with the reverse-mode-only "tuned" rule."""
+    """Forward-mode autodiff reached an einsum with the reverse-mode-only "custom_vjp" rule."""
 
 
 def einsum(
@@ -70,7 +70,7 @@ def einsum(
       a, b: operands of the same dtype.
       out_dtype: result dtype; defaults to the operands' dtype (float32 logits from
         bfloat16 activations pass `out_dtype=jnp.float32`).
-      gradients: "autodiff" (JAX's rules: every transformation) or "tuned" (the custom
+      gradients: "autodiff" (JAX's rules: every transformation) or "custom_vjp" (the custom
         VJP: reverse mode only, faster gradient matmuls on XLA:CPU); see the module.
     """
     if a.dtype != b.dtype:
@@ -79,7 +79,7 @@ def einsum(
     _check_spec(spec)
     if gradients == "autodiff":
         return _dot(spec, a, b, out_dtype)
-    if gradients != "tuned":
+    if gradients != "custom_vjp":
         raise ValueError(f"einsum gradients={gradients!r}: choose one of {list(GRADIENTS)}.")
     check_reverse_mode(f"einsum {spec!r}", a, b)
     a, b = _match_varying(a, b)
@@ -113,7 +113,7 @@ def dense(
       dtype: the compute dtype of the matmul.
       out_dtype: the result's dtype, `dtype` by default; float32 for logits, and for an
         activation that should see the sum before rounding (the FFN's).
-      gradients: the derivative rule of the matmul, "autodiff" or "tuned" (`einsum`).
+      gradients: the derivative rule of the matmul, "autodiff" or "custom_vjp" (`einsum`).
     """
     y = einsum(spec, x.astype(dtype), w.astype(dtype), out_dtype=jnp.float32, gradients=gradients)
     if bias is not None:
@@ -155,7 +155,7 @@ except ImportError:  # pragma: no cover
 
 FORWARD_MODE_HINT = (
     "{what}: forward-mode autodiff (jax.jvp, jax.jacfwd) reached the "
-    'reverse-mode-only gradients="tuned" rule. Build the model with '
+    'reverse-mode-only gradients="custom_vjp" rule. Build the model with '
     'ModelConfig(gradients="autodiff") (the default; a run config\'s gradients="autodiff" '
     "for the train step), which supports every JAX transformation."
 )

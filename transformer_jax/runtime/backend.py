@@ -4,16 +4,16 @@ The project's speed knobs were measured on XLA:CPU (benchmarks/README.md, "Numbe
 the runtime knobs"); an accelerator compiles the same step with other layouts and fusions,
 so each knob's "auto" resolves here, by platform, to the value measured to help there:
 
-    knob                  cpu          gpu / tpu     why
-    gradients             "tuned"      "autodiff"    custom VJPs put gradient matmuls in
-                                                     XLA:CPU's fast layouts; GPU/TPU
-                                                     compilers pick layouts themselves
-                                                     (benchmarks.accelerator_check times
-                                                     both on a GPU)
-    host_memory           "reuse"      "system"      glibc reuse pays for XLA:CPU's host
-                                                     temporaries; accelerators allocate
-                                                     on the device
-    threefry_lowering     "unrolled"   (JAX's own)   only XLA:CPU has a rolled lowering
+    knob                  cpu            gpu / tpu     why
+    gradients             "custom_vjp"   "autodiff"    custom VJPs put gradient matmuls in
+                                                       XLA:CPU's fast layouts; GPU/TPU
+                                                       compilers pick layouts themselves
+                                                       (benchmarks.accelerator_check times
+                                                       both on a GPU)
+    host_memory           "reuse"        "system"      glibc reuse pays for XLA:CPU's host
+                                                       temporaries; accelerators allocate
+                                                       on the device
+    threefry_lowering     "unrolled"     (JAX's own)   only XLA:CPU has a rolled lowering
 
 `host_memory` must be fixed before JAX starts its backend, so `expected_platform` answers
 without starting one: the backend in use if one is running, else `JAX_PLATFORMS` /
@@ -38,7 +38,7 @@ _PLUGINS = {
     "tpu": ("libtpu", "libtpu-nightly"),
 }
 
-GRADIENTS = {"cpu": "tuned", "gpu": "autodiff", "tpu": "autodiff"}
+GRADIENTS = {"cpu": "custom_vjp", "gpu": "autodiff", "tpu": "autodiff"}
 HOST_MEMORY = {"cpu": "reuse", "gpu": "system", "tpu": "system"}
 
 

@@ -38,6 +38,7 @@ from transformer_jax.training.config_files import (
     resolve_config,
     resolve_config_path,
 )
+from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.resume import config_changes
 
 DONE_FILE = "sweep_point_done.json"
@@ -177,7 +178,7 @@ def saved_config_differences(point: SweepPoint) -> list[str] | None:
     path = point.workdir / SAVED_CONFIG_FILE
     if not path.is_file():
         return None
-    saved = json.loads(path.read_text(encoding="utf-8"))
+    saved = upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
     return [str(change) for change in config_changes(saved, point.config)]
 
 

@@ -27,6 +27,7 @@ from transformer_jax.nn import ModelConfig
 from transformer_jax.ops.matmul import GRADIENTS
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
+from transformer_jax.workdir.config_renames import upgrade_config
 
 
 class ConfigError(ValueError):
@@ -52,9 +53,9 @@ def training_defaults() -> ml_collections.ConfigDict:
     c.clip_norm = 0.0  # global-norm clipping threshold; 0 = off (d2l clips at 1)
     c.label_smoothing = 0.1  # ε_ls; 0 = plain masked cross-entropy (d2l)
     c.grad_accum_steps = 1  # micro-batches per update; must divide the per-device batch
-    # Derivative rule of the train step's matmuls and loss (ops/matmul.py): "tuned" (custom
-    # VJPs: gradient matmuls in XLA:CPU's fast layouts, one-pass loss backward) or
-    # "autodiff" (JAX's own); "auto" = "tuned" on CPU, "autodiff" on GPU/TPU
+    # Derivative rule of the train step's matmuls and loss (ops/matmul.py): "custom_vjp"
+    # (hand-written backward rules: gradient matmuls in XLA:CPU's fast layouts, one-pass loss
+    # backward) or "autodiff" (JAX's own); "auto" = "custom_vjp" on CPU, "autodiff" on GPU/TPU
     # (runtime/backend.py). The step is reverse mode only, where both work; the model
     # outside the step defaults to "autodiff" (ModelConfig.gradients).
     c.gradients = "auto"
@@ -134,7 +135,9 @@ def validate_config(
 
     The one validation of a run config: keys, types, values of the training, model and data
     sections, the dataset name and split strings. Builds, reads and compiles nothing.
+    A deprecated value (`workdir.config_renames`) is replaced by its new name first, with a note.
     """
+    upgrade_config(config)
     try:
         fingerprint = repr(config.to_dict())
         if fingerprint not in _VALID:  # a call with the same config checks its devices only

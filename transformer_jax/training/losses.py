@@ -9,7 +9,7 @@ touches them as few times as possible: the forward pass is reductions only (row 
 Σ logits, the target's logit), never a materialised (B, T, V) log-softmax. Its derivative
 comes from one of two rules, as `ops.einsum`'s (`gradients=`): "autodiff" (the default)
 lets JAX differentiate the forward, so every transformation works (forward mode, Hessians,
-vmap); "tuned", which the train step uses, is a custom VJP whose backward is one
+vmap); "custom_vjp", which the train step uses, is a custom VJP whose backward is one
 elementwise pass, softmax − q (reverse mode only; its A/B in benchmarks/LOG.md, "Fused
 cross-entropy").
 """
@@ -98,7 +98,7 @@ def token_losses(
       label_smoothing: ε of Vaswani et al. 2017, §5.4 (ε_ls = 0.1): the loss is the
         cross-entropy against q = (1 - ε) one-hot + ε / (V - 1) elsewhere, minus the
         entropy of q. With ε = 0 it is the plain NLL of d2l §10.7.3's MaskedSoftmaxCELoss.
-      gradients: "autodiff" (JAX's rules, every transformation) or "tuned" (the custom
+      gradients: "autodiff" (JAX's rules, every transformation) or "custom_vjp" (the custom
         VJP: one backward pass, reverse mode only); see the module.
 
     Returns:
@@ -116,8 +116,8 @@ def token_losses(
         )
     if gradients == "autodiff":
         loss, nll, correct = _token_losses_fwd(logits, targets, float(label_smoothing))[0]
-        return loss, jax.lax.stop_gradient(nll), correct  # nll: a metric, as under "tuned"
-    if gradients != "tuned":
+        return loss, jax.lax.stop_gradient(nll), correct  # nll: a metric, as under "custom_vjp"
+    if gradients != "custom_vjp":
         raise ValueError(f"gradients={gradients!r}: choose one of {list(GRADIENTS)}.")
     check_reverse_mode("token_losses", logits)
     return _token_losses(logits, targets, float(label_smoothing))

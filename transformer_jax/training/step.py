@@ -39,7 +39,7 @@ def step_kwargs(
     """Keyword arguments binding `train_step` / `train_steps` to a run config.
 
     The model takes the run config's `gradients` rule, "auto" resolved for the backend in use
-    (`runtime.backend.GRADIENTS`; the step runs reverse mode only, where "tuned" works);
+    (`runtime.backend.GRADIENTS`; the step runs reverse mode only, where "custom_vjp" works);
     `train_step` gives the loss the model's rule.
     """
     platform = backend.platform_name(jax.default_backend())

@@ -11,6 +11,7 @@ Below training and inference (both read and write through here), above `nn` and 
     averaging.py         the mean of the last N checkpoints' parameters; an averaged workdir
     history.py           metrics.jsonl after kills and resumes; a history without checkpoints
     resume.py            the resume guard: which config changes a workdir accepts
+    config_renames.py    config names that changed: an old config.json still reads
     lock.py              one trainer per workdir (flock on <workdir>/.lock)
     directory.py         is a --workdir usable at all (checked before anything is built)
 

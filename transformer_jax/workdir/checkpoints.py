@@ -37,6 +37,7 @@ from jax.experimental import multihost_utils
 from transformer_jax.data import check_vocabulary, load_tokenizer, load_tokenizers
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.nn import ModelConfig
+from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.read_noise import quiet_failed_reads
 from transformer_jax.workdir.state_checks import (
     DIGEST_KEY,
@@ -79,6 +80,7 @@ def save_config(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
+    """`<workdir>/config.json`, renamed keys and values under today's names (config_renames)."""
     path = Path(workdir) / CONFIG_FILE
     if not path.is_file():
         raise NoCheckpointError(
@@ -89,7 +91,7 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
         values = json.loads(path.read_text())
         if not isinstance(values, dict) or not {"model", "data"} <= values.keys():
             raise ValueError("valid JSON, but not a run config: it has no model and data keys")
-        return ml_collections.ConfigDict(values)
+        return ml_collections.ConfigDict(upgrade_saved(values))
     except (OSError, ValueError) as error:
         raise NoCheckpointError(
             f"{path} cannot be read ({type(error).__name__}: {error}); restore it from a copy, "
