@@ -1,4 +1,5 @@
-"""`launch.quiet_library_logs`: orbax's routine records leave a launcher's stderr, nothing else.
+"""`launch.quiet_library_logs`: orbax's routine records and JAX's backend probe leave a
+launcher's stderr, nothing else.
 
 Records are made as orbax's modules make them (absl logging, their source path under
 `orbax/`) and passed through the absl handler's filters, which is what the launchers use.
@@ -15,6 +16,7 @@ from transformer_jax import launch
 
 ORBAX_FILE = "/venv/lib/python3.11/site-packages/orbax/checkpoint/checkpoint_manager.py"
 OURS = "/repo/transformer_jax/workdir/checkpoints.py"
+XLA_BRIDGE = "/venv/lib/python3.11/site-packages/jax/_src/xla_bridge.py"
 
 
 def _record(level: int, msg: str, pathname: str) -> logging.LogRecord:
@@ -49,6 +51,12 @@ def test_one_filter_however_often_it_is_called(handler):
         # Our own records and other libraries' are untouched, INFO included.
         (logging.INFO, "step 200/2400 | loss 4.3", OURS, True),
         (logging.INFO, "Restoring checkpoint from %s.", "/venv/site-packages/jax/x.py", True),
+        # JAX's probe of an absent backend (every machine without a TPU) goes; its other
+        # records, and the same words as a warning, stay.
+        (logging.INFO, "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so",
+         XLA_BRIDGE, False),
+        (logging.WARNING, "Unable to initialize backend 'cuda': ...", XLA_BRIDGE, True),
+        (logging.INFO, "Platform 'cpu' is experimental", XLA_BRIDGE, True),
     ],
 )  # fmt: skip
 def test_routine_orbax_records_are_dropped_and_others_kept(handler, level, msg, pathname, kept):

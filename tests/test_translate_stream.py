@@ -184,6 +184,7 @@ def test_no_input_no_output_and_a_bad_output_file_fails_first(workdir, tmp_path)
     empty = translate()
     assert (empty.returncode, empty.stdout) == (0, ""), empty.stderr[-2000:]
     assert "FATAL" not in empty.stderr and "USAGE" not in empty.stderr
+    assert "Unable to initialize backend" not in empty.stderr  # JAX's probe (launch's filter)
     (tmp_path / "empty.txt").write_bytes(b"")
     out = tmp_path / "out.txt"
     with open(tmp_path / "empty.txt", "rb") as stdin:  # a regular file: read whole
