@@ -35,9 +35,12 @@ def main(argv: list[str]) -> None:
     if _FORMAT.value != "ctranslate2" and _QUANTIZATION.value:
         raise app.UsageError("--quantization applies to --format=ctranslate2 only.")
     from transformer_jax.export.ctranslate2 import export_ctranslate2
+    from transformer_jax.export.extras import MissingExtraError
     from transformer_jax.export.stablehlo import export_stablehlo
 
-    try:  # no run in --workdir (NoCheckpointError), an existing --output_dir: one FATAL line
+    # No run in --workdir (NoCheckpointError), an existing --output_dir, a library of the
+    # [export] extra missing: one FATAL line.
+    try:
         if _FORMAT.value == "ctranslate2":
             out = export_ctranslate2(
                 _WORKDIR.value,
@@ -51,7 +54,7 @@ def main(argv: list[str]) -> None:
             out = export_stablehlo(
                 _WORKDIR.value, _OUTPUT_DIR.value, step=_STEP.value, force=_FORCE.value
             )
-    except (OSError, ValueError) as error:
+    except (MissingExtraError, OSError, ValueError) as error:
         launch.fatal(str(error))
     print(f"Exported {_WORKDIR.value} as {_FORMAT.value} to {out}")
 

@@ -123,6 +123,7 @@ def _output() -> contextlib.AbstractContextManager[TextIO]:
 def _main_ctranslate2(argv: list[str]) -> None:
     from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, write_lines
     from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
+    from transformer_jax.export.extras import MissingExtraError
 
     if not FLAGS.model_dir:
         launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
@@ -155,7 +156,7 @@ def _main_ctranslate2(argv: list[str]) -> None:
         natural = truecaser.natural if truecaser is not None else None
         lines = format_lines(sentences, texts, FLAGS.format, natural)
         write_lines(lines, FLAGS.output_file, sys.stdout)
-    except (OSError, ValueError) as error:
+    except (MissingExtraError, OSError, ValueError) as error:  # one FATAL line
         launch.fatal(str(error))
 
 

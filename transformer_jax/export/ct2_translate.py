@@ -33,6 +33,7 @@ from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export.ctranslate2 import MANIFEST
+from transformer_jax.export.extras import import_extra
 from transformer_jax.inference.settings import check_split_len
 from transformer_jax.inference.sources import encode_sources
 
@@ -90,7 +91,8 @@ def translate_lines(
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
     """
-    import ctranslate2  # only this engine needs it (requirements.txt; no package dependency)
+    # The [export] extra's library, imported only here: the JAX engine never needs it.
+    ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
 
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)

@@ -33,7 +33,6 @@ directory without this package's model code.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,9 @@ import numpy as np
 from transformer_jax import ops
 from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
+from transformer_jax.export.extras import import_extra
 from transformer_jax.export.source import load_trained
+from transformer_jax.export.staging import check_new, staged_dir
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig
 
@@ -53,6 +54,7 @@ SRC_TOKENIZER, TGT_TOKENIZER = "source", "target"
 # Rows of the position table written for sinusoidal models: sources and outputs up to this
 # many tokens (`<eos>` included). CTranslate2 itself starts with 500 and grows on demand.
 DEFAULT_MAX_POSITIONS = 1024
+NEEDED_BY = "export to CTranslate2 (--format=ctranslate2)"  # what a missing extra stops
 
 
 class UnsupportedModelError(ValueError):
@@ -195,6 +197,8 @@ def build_spec(
     max_positions: int = DEFAULT_MAX_POSITIONS,
 ):
     """A filled `ctranslate2.specs.TransformerSpec` for our Transformer params."""
+    # The [export] extra's library, imported only here: training never needs it.
+    import_extra("ctranslate2", NEEDED_BY)
     from ctranslate2.specs import common_spec, transformer_spec
 
     check_supported(config)
@@ -251,6 +255,8 @@ def convert(
     max_positions: rows of the sinusoidal position table (the longest source and output
       CTranslate2 can then run); a learned table keeps its own `model.max_len`.
     """
+    # The [export] extra's library, imported only here: training never needs it.
+    import_extra("ctranslate2", NEEDED_BY)
     from ctranslate2.converters.converter import Converter
 
     if quantization not in (None, *QUANTIZATIONS):
@@ -275,32 +281,28 @@ def convert(
             return spec
 
     output_dir = Path(output_dir)
-    if output_dir.exists() and not force:
-        raise FileExistsError(
-            f"{output_dir} already exists; choose a new --output_dir or pass --force."
+    with staged_dir(output_dir, force=force) as tmp:  # nothing half-written at output_dir
+        _SpecConverter().convert(
+            str(tmp),
+            quantization=None if quantization == "float32" else quantization,
+            force=True,  # tmp is ours (and empty)
         )
-    _SpecConverter().convert(
-        str(output_dir),
-        quantization=None if quantization == "float32" else quantization,
-        force=True,
-    )
-    tokenizer_dir = output_dir / TOKENIZER_DIR
-    shutil.rmtree(tokenizer_dir, ignore_errors=True)
-    model.src_tokenizer.save(tokenizer_dir / SRC_TOKENIZER)
-    model.tgt_tokenizer.save(tokenizer_dir / TGT_TOKENIZER)
-    if model.text_truecaser is not None:  # translate's natural text (`data.truecasing`)
-        model.text_truecaser.save(tokenizer_dir / TRUECASER_FILE)
-    manifest = {
-        "format": "ctranslate2",
-        "quantization": quantization or "float32",
-        "max_positions": int(max_positions),
-        "source_tokenizer": f"{TOKENIZER_DIR}/{SRC_TOKENIZER}",
-        "target_tokenizer": f"{TOKENIZER_DIR}/{TGT_TOKENIZER}",
-        "step": model.step,
-        **run_manifest(model),
-        **(extra_manifest or {}),
-    }
-    (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        tokenizer_dir = tmp / TOKENIZER_DIR
+        model.src_tokenizer.save(tokenizer_dir / SRC_TOKENIZER)
+        model.tgt_tokenizer.save(tokenizer_dir / TGT_TOKENIZER)
+        if model.text_truecaser is not None:  # translate's natural text (`data.truecasing`)
+            model.text_truecaser.save(tokenizer_dir / TRUECASER_FILE)
+        manifest = {
+            "format": "ctranslate2",
+            "quantization": quantization or "float32",
+            "max_positions": int(max_positions),
+            "source_tokenizer": f"{TOKENIZER_DIR}/{SRC_TOKENIZER}",
+            "target_tokenizer": f"{TOKENIZER_DIR}/{TGT_TOKENIZER}",
+            "step": model.step,
+            **run_manifest(model),
+            **(extra_manifest or {}),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return output_dir
 
 
@@ -314,6 +316,8 @@ def export_ctranslate2(
     force: bool = False,
 ) -> Path:
     """Convert the trained model in `workdir` (latest or given step) to `output_dir`."""
+    import_extra("ctranslate2", NEEDED_BY)  # before the model is read: fail fast
+    check_new(output_dir, force)
     model = load_trained(workdir, step)
     return convert(
         model,

@@ -25,7 +25,6 @@ jax and numpy (and sentencepiece for a SentencePiece vocabulary), not this packa
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,14 @@ from transformer_jax.export.ctranslate2 import (
     TOKENIZER_DIR,
     run_manifest,
 )
+from transformer_jax.export.extras import import_extra
 from transformer_jax.export.source import load_trained
+from transformer_jax.export.staging import check_new, staged_dir
 from transformer_jax.inference import Translator
 
 DEFAULT_MAX_DECODE_LEN = 64
 DEFAULT_BEAM_SIZE = 4
+NEEDED_BY = "export to StableHLO (--format=stablehlo)"  # what a missing extra stops
 
 
 def exported_programs(model: Translator, *, beam_size: int, max_decode_len: int) -> dict:
@@ -84,21 +86,31 @@ def write(
     beam_size: int = DEFAULT_BEAM_SIZE,
     max_decode_len: int = DEFAULT_MAX_DECODE_LEN,
     force: bool = False,
+    extra_manifest: dict | None = None,
 ) -> Path:
-    """Write the three programs, the tokenizers and `export.json` for `model`."""
+    """Write the three programs, the tokenizers and `export.json` for `model` (into a
+    temporary sibling folder renamed to `output_dir` once all is written)."""
     if beam_size < 1 or max_decode_len < 1:
         raise ValueError(
             f"beam_size and max_decode_len must be >= 1, got {beam_size} and {max_decode_len}."
         )
-    output_dir = Path(output_dir)
-    if output_dir.exists():
-        if not force:
-            raise FileExistsError(
-                f"{output_dir} already exists; choose a new --output_dir or pass --force."
-            )
-        shutil.rmtree(output_dir)
+    # jax.export serialises with flatbuffers, an optional library (the [export] extra).
+    import_extra("flatbuffers", NEEDED_BY)
+    output_dir = check_new(output_dir, force)
     programs = exported_programs(model, beam_size=beam_size, max_decode_len=max_decode_len)
-    output_dir.mkdir(parents=True)
+    with staged_dir(output_dir, force=force) as tmp:
+        _write_files(model, tmp, programs, beam_size, max_decode_len, extra_manifest or {})
+    return output_dir
+
+
+def _write_files(
+    model: Translator,
+    output_dir: Path,
+    programs: dict,
+    beam_size: int,
+    max_decode_len: int,
+    extra_manifest: dict,
+) -> None:
     files = {}
     for name, exp in programs.items():
         (output_dir / f"{name}.bin").write_bytes(exp.serialize())
@@ -120,9 +132,9 @@ def write(
         "target_tokenizer": _tokenizer_entry(TGT_TOKENIZER, model.tgt_tokenizer),
         "step": model.step,
         **run_manifest(model),
+        **extra_manifest,
     }  # fmt: skip
     (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return output_dir
 
 
 def _tokenizer_entry(name: str, tokenizer: Any) -> dict[str, str]:
@@ -141,9 +153,10 @@ def export_stablehlo(
     force: bool = False,
 ) -> Path:
     """Export the trained model in `workdir` (latest or given step) to `output_dir`."""
+    import_extra("flatbuffers", NEEDED_BY)  # before the model is read: fail fast
+    check_new(output_dir, force)
     model = load_trained(workdir, step)
-    out = write(model, output_dir, beam_size=beam_size, max_decode_len=max_decode_len, force=force)
-    manifest = json.loads((out / MANIFEST).read_text())
-    manifest["workdir"] = str(Path(workdir).absolute())
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return out
+    return write(
+        model, output_dir, beam_size=beam_size, max_decode_len=max_decode_len, force=force,
+        extra_manifest={"workdir": str(Path(workdir).absolute())},
+    )  # fmt: skip
