@@ -7,8 +7,10 @@ r"""Evaluate a trained run on a split of its data: flags in, `evaluation.evaluat
 
 Scores the whole test split by default: sacreBLEU and chrF with their signatures and BLEU by
 source length. `--split` takes the dataset's split names (train, validation, test; fra_eng
-also full) and TFDS slices such as test[:500]. Writes eval_report.json, eval_report.md and
-training_curves.png into the workdir and prints the Markdown report.
+also full) and TFDS slices such as test[:500]. Prints the Markdown report and writes it with
+its JSON into the workdir, named after what was scored and how (`report_name`:
+eval_test.md, eval_test_n500_beam_size-4.md, ...); the run's own eval_report.{json,md} and
+training_curves.png, written at the end of training, stay as they are.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> None:
     launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from transformer_jax.evaluation.report import REPORT_MD, evaluate_workdir
+    from transformer_jax.evaluation.report import evaluate_workdir, report_name, report_paths
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
@@ -45,20 +47,24 @@ def main(argv: list[str]) -> None:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         configure_process(load_config(FLAGS.workdir))
         cpu_devices.apply(FLAGS.cpu_devices)
+        settings = launch.decoding_flag_values()
+        split = FLAGS.split or load_config(FLAGS.workdir).data.test_split
+        name = report_name(split, FLAGS.num_examples, **settings)
         evaluate_workdir(
             FLAGS.workdir,
-            split=FLAGS.split,
-            **launch.decoding_flag_values(),
+            split=split,
+            **settings,
             batch_size=FLAGS.batch_size,
             num_examples=FLAGS.num_examples,
             num_samples=FLAGS.num_samples,
+            name=name,
         )
     except (NoCheckpointError, ValueError) as error:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)
-    from pathlib import Path
-
-    print((Path(FLAGS.workdir) / REPORT_MD).read_text())
+    json_path, md_path = report_paths(FLAGS.workdir, name)
+    print(md_path.read_text())
+    print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
 
 
 def run() -> None:

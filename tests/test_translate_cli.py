@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,13 @@ from transformer_jax.evaluation import (
     read_sentences,
     translate_workdir,
 )
-from transformer_jax.evaluation.report import CURVES_PNG, REPORT_JSON, REPORT_MD
+from transformer_jax.evaluation.report import (
+    CURVES_PNG,
+    REPORT_JSON,
+    REPORT_MD,
+    report_name,
+    report_paths,
+)
 from transformer_jax.evaluation.text_lines import decode_lines
 
 needs_corpus = pytest.mark.skipif(
@@ -213,6 +220,9 @@ def test_evaluate_command_splits_decoding_over_cpu_devices(workdir, tmp_path):
     """--cpu_devices=3: the report says 3 devices and scores exactly as one device does."""
     run = tmp_path / "run"
     shutil.copytree(workdir, run)
+    own = {REPORT_JSON: b'{"the run": "own report"}', REPORT_MD: b"the run's own report"}
+    for file, data in own.items():
+        (run / file).write_bytes(data)
     proc = subprocess.run(
         [
             sys.executable,
@@ -229,13 +239,29 @@ def test_evaluate_command_splits_decoding_over_cpu_devices(workdir, tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    split = json.loads((run / REPORT_JSON).read_text())
+    # Its own report, named after what it scored and how; the run's own report stays.
+    name = "eval_test_n31"
+    assert f"Report written to {run / name}.md and {run / name}.json" in proc.stderr
+    assert {f: (run / f).read_bytes() for f in own} == own
+    assert (run / f"{name}.md").read_text() in proc.stdout
+    split = json.loads((run / f"{name}.json").read_text())
     one = evaluate_workdir(workdir, num_examples=31, num_samples=31, write=False)
     assert split["devices"] == 3 and one["devices"] != 3
     assert [s["translation"] for s in split["samples"]] == [
         s["translation"] for s in one["samples"][: len(split["samples"])]
     ]
     assert split["bleu"] == pytest.approx(one["bleu"]) and split["num_sentences"] == 31
+
+
+def test_report_names_say_what_was_scored_and_how():
+    assert report_name("test") == "eval_test"
+    assert report_name("test", 200, step=None, average_last=1, beam_size=None) == "eval_test_n200"
+    assert (
+        report_name("test[:500]", 0, step=3000, average_last=3, beam_size=4, alpha=1.0)
+        == "eval_test-500_step-3000_average_last-3_beam_size-4_alpha-1.0"
+    )
+    assert report_paths("run", None) == (Path("run/eval_report.json"), Path("run/eval_report.md"))
+    assert report_paths("run", "eval_test")[1] == Path("run/eval_test.md")
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])

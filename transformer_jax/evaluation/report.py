@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,6 +139,7 @@ def evaluate_workdir(
     num_examples: int = 0,
     num_samples: int = 10,
     write: bool = True,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """Translate the pairs of `split` of a run's data and score them.
 
@@ -147,8 +149,10 @@ def evaluate_workdir(
     the same pairs every time, with the split's length mix). Decoding settings default to
     the run config's (`inference.decode_settings`: beam size, α, the output budget a·S + b,
     the length above which an input is translated in parts cut at sentence ends).
-    Writes `eval_report.json`, `eval_report.md` and `training_curves.png` (from
-    metrics.jsonl) into the workdir unless `write=False`; returns the report dict.
+    Writes the run's report, `eval_report.json`, `eval_report.md` and `training_curves.png`
+    (from metrics.jsonl), into the workdir unless `write=False`; with a `name` (e.g.
+    `report_name(...)`) `<name>.json` and `<name>.md` instead, and no curves, so that an
+    evaluation with other settings leaves the run's own report. Returns the report dict.
     """
     workdir = Path(workdir)
     config = load_config(workdir)  # the split is checked before the parameters are read
@@ -179,16 +183,45 @@ def evaluate_workdir(
         ),
     }
     if write:
-        (workdir / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        (workdir / REPORT_MD).write_text(format_report(report))
+        json_path, md_path = report_paths(workdir, name)
+        json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        md_path.write_text(format_report(report))
         metrics = workdir / METRICS_FILE
-        if metrics.is_file():
+        if name is None and metrics.is_file():
             try:
                 plot_training_curves(metrics, workdir / CURVES_PNG)
                 report["curves"] = str(workdir / CURVES_PNG)
             except ValueError:  # a log without loss/BLEU fields: nothing to draw
                 pass
     return report
+
+
+def report_paths(workdir: str | Path, name: str | None = None) -> tuple[Path, Path]:
+    """(JSON, Markdown) paths of a report: the run's own (`REPORT_JSON`, `REPORT_MD`) when
+    `name` is None, else `<name>.json`, `<name>.md`, in the workdir."""
+    workdir = Path(workdir)
+    if name is None:
+        return workdir / REPORT_JSON, workdir / REPORT_MD
+    return workdir / f"{name}.json", workdir / f"{name}.md"
+
+
+def report_name(split: str, num_examples: int = 0, **settings: Any) -> str:
+    """The file name (no suffix) of an evaluation's report, from what it scored and how:
+    `eval_<split>[_n<pairs>][_<setting>-<value>...]`, settings left at the run's (None, or
+    `average_last` 1) unnamed; e.g. `eval_test_n200_beam_size-4` for `--num_examples=200
+    --beam_size=4`. Never the run's own `eval_report`."""
+    parts = [f"eval_{_file_word(split)}"] + ([f"n{num_examples}"] if num_examples else [])
+    for key, value in settings.items():
+        if value is None or (key == "average_last" and value == 1):
+            continue
+        parts.append(f"{key}-{_file_word(value)}")
+    return "_".join(parts)
+
+
+def _file_word(value: Any) -> str:
+    """`value` as a piece of a file name: a TFDS slice's `[:500]` and anything else a file
+    name should not hold become "-" (test[:500] -> test-500)."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", str(value)).strip("-")
 
 
 def evaluate_translator(
