@@ -74,7 +74,7 @@ except ImportError:
     )
 
 from benchmarks.common import non_pad_tokens
-from transformer_jax.data import bucketing, create_input_pipeline, sources
+from transformer_jax.data import bucketing, create_input_pipeline, datasets
 from transformer_jax.data.config import validate_data_config
 from transformer_jax.data.encoding import TokenizedPairs, make_batch, pad_pairs
 from transformer_jax.data.tokenizers import Tokenizer
@@ -145,7 +145,7 @@ def grain_examples(
     in one batched call: array_record reads one record in ~2 ms through `__getitem__` (a
     parallel read per call; google/array_record#143, google/grain#688), ~40 us in a batch.
     """
-    source = sources.prepared_builder(data_cfg).as_data_source(
+    source = datasets.prepared_builder(data_cfg).as_data_source(
         split=data_cfg.train_split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES
     )
     if in_memory:
@@ -346,7 +346,7 @@ def slices_reassemble(make: Callable[[int, int], Iterator[Batch]], batches: int)
 
 def encode_cost(data_cfg, pipe, n: int = 2000) -> float:
     """Microseconds per example of parsing a record and SentencePiece on both sides, alone."""
-    source = sources.prepared_builder(data_cfg).as_data_source(
+    source = datasets.prepared_builder(data_cfg).as_data_source(
         split=data_cfg.train_split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES
     )
     # Evenly spaced: the split is stored shortest first.

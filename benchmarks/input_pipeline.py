@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer_jax.data import bucketing, config, create_input_pipeline, sources
+from transformer_jax.data import bucketing, config, create_input_pipeline, datasets
 
 
 def pipeline_rate(train_iter, seconds: float) -> tuple[float, float]:
@@ -87,9 +87,9 @@ def main() -> None:
         max_src_len=args.max_len,
         max_tgt_len=args.max_len,
     )
-    built_before = sources.fra_eng_builder(base).is_prepared()
+    built_before = datasets.fra_eng_builder(base).is_prepared()
     start = time.perf_counter()
-    builder = sources.prepared_builder(base)  # builds on first use
+    builder = datasets.prepared_builder(base)  # builds on first use
     what = "reused" if built_before else "built (array_record, TFDS)"
     print(f"dataset {what} in {time.perf_counter() - start:.1f} s: {builder.data_path}")
     print(f"split sizes: {builder.info.metadata['split_sizes']}")

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from transformer_jax.data import sources, tokenizers
+from transformer_jax.data import datasets, tokenizers
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 
 Draw = Callable[[Sequence[str], int], list[list[int]]]  # (texts, seed) -> ids per text
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg.data_dir = args.data_dir
     alpha = args.alpha if args.alpha is not None else cfg.sp_sampling_alpha
     nbests = args.nbest or [cfg.sp_sampling_nbest]
-    train = sources.load_split_pairs(cfg, cfg.train_split)
+    train = datasets.load_split_pairs(cfg, cfg.train_split)
     src_tok, tgt_tok = tokenizers.build_tokenizers(cfg, train, Path(cfg.data_dir) / "tokenizers")
     if src_tok is not tgt_tok:
         raise SystemExit("FATAL: this benchmark reads one shared SentencePiece model.")

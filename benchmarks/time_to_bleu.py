@@ -41,7 +41,7 @@ import ml_collections
 
 from benchmarks import common
 from transformer_jax import launch
-from transformer_jax.data import load_split_pairs, load_tokenizers, sources, spread_subset
+from transformer_jax.data import datasets, load_split_pairs, load_tokenizers, spread_subset
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.evaluation.bleu import format_length_table
 from transformer_jax.evaluation.report import evaluate_translator
@@ -271,7 +271,7 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="time_to_bleu_"))
     if (workdir / CHECKPOINT_DIR).exists():
         raise SystemExit(f"{workdir} has checkpoints: a resumed run is not timed from scratch.")
-    prepared = config.data.name != "fra_eng" or sources.fra_eng_builder(config.data).is_prepared()
+    prepared = config.data.name != "fra_eng" or datasets.fra_eng_builder(config.data).is_prepared()
     hook = CheckpointHook(config, workdir, args, clock)
     print(
         f"config {args.config} {' '.join(overrides)} | model {_model_line(config.model)} | "

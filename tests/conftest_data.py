@@ -101,6 +101,6 @@ def real_cfg(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def real_builder(real_cfg):
-    from transformer_jax.data import sources
+    from transformer_jax.data import datasets
 
-    return sources.prepared_builder(real_cfg)
+    return datasets.prepared_builder(real_cfg)

@@ -6,20 +6,20 @@ import sys
 
 import pytest
 
-from transformer_jax.data import download, fra_eng, sources, splitting
+from transformer_jax.data import datasets, download, fra_eng, splitting
 
 pytest_plugins = ["tests.conftest_data"]
 
 
 def _all_splits(cfg):
-    return {name: sources.load_split_pairs(cfg, name) for name in ("train", "validation", "test")}
+    return {name: datasets.load_split_pairs(cfg, name) for name in ("train", "validation", "test")}
 
 
 def test_builds_without_tensorflow_and_splits_by_source(make_cfg, small_zip):
     cfg = make_cfg(small_zip)
     splits = _all_splits(cfg)
     assert "tensorflow" not in sys.modules
-    full = sources.load_split_pairs(cfg, "full")
+    full = datasets.load_split_pairs(cfg, "full")
     # 60 sources x 3 translations; every pair lands in exactly one split.
     assert len(full) == 180
     assert sorted(p for s in splits.values() for p in s) == sorted(full)
@@ -45,14 +45,14 @@ def test_full_split_is_in_file_order_and_sliceable(make_cfg, small_zip, syntheti
         (a.lower().replace(".", " .").replace("!", " !").replace("?", " ?"), b.lower())
         for a, b in (line.split("\t") for line in lines[:7])
     ]
-    assert sources.load_split_pairs(cfg, "full[:7]") == expected
+    assert datasets.load_split_pairs(cfg, "full[:7]") == expected
 
 
 def test_build_stats_in_metadata(tmp_path, make_zip, make_cfg, synthetic_lines):
     lines = synthetic_lines() + ["broken", "Hi.\t", b"\xff\tx"]
     zip_path = make_zip(tmp_path / "c.zip", lines)
     cfg = make_cfg(zip_path)
-    builder = sources.prepared_builder(cfg)
+    builder = datasets.prepared_builder(cfg)
     meta = builder.info.metadata
     assert meta["read_report"]["malformed"] == {"bad_utf8": 1, "no_tab": 1, "empty_side": 1}
     assert meta["split_sizes"]["full"] == 180
@@ -64,9 +64,9 @@ def test_build_stats_in_metadata(tmp_path, make_zip, make_cfg, synthetic_lines):
 
 def test_split_parameters_select_separate_builds(tmp_path, make_cfg, small_zip):
     cfg = make_cfg(small_zip)
-    default = sources.load_split_pairs(cfg, "test")
+    default = datasets.load_split_pairs(cfg, "test")
     cfg.split_seed = 1
-    other = sources.load_split_pairs(cfg, "test")
+    other = datasets.load_split_pairs(cfg, "test")
     assert default != other
     names = sorted(p.name for p in (tmp_path / "tfds" / "fra_eng").glob("val*"))
     assert names == ["val2000_test2000_seed0", "val2000_test2000_seed1"]
@@ -85,7 +85,7 @@ def test_split_fractions_are_roughly_honoured():
 def test_missing_zip_error_says_where_and_how(tmp_path, make_cfg):
     cfg = make_cfg(tmp_path / "nope.zip")
     with pytest.raises(download.ZipNotFoundError) as info:
-        sources.load_split_pairs(cfg, "train")
+        datasets.load_split_pairs(cfg, "train")
     message = str(info.value)
     assert str(tmp_path / "nope.zip") in message
     assert str(tmp_path / "tfds" / "downloads" / "manual" / "fra-eng.zip") in message
@@ -97,13 +97,13 @@ def test_manual_dir_is_used(tmp_path, make_cfg, small_zip):
     manual = tmp_path / "tfds" / "downloads" / "manual"
     manual.mkdir(parents=True)
     (manual / "fra-eng.zip").write_bytes(small_zip.read_bytes())
-    assert len(sources.load_split_pairs(cfg, "full")) == 180
+    assert len(datasets.load_split_pairs(cfg, "full")) == 180
 
 
 def test_configured_sha256_is_enforced_for_local_files(make_cfg, small_zip):
     cfg = make_cfg(small_zip, zip_sha256="0" * 64)
     with pytest.raises(download.ChecksumMismatchError, match="checksum mismatch"):
-        sources.load_split_pairs(cfg, "train")
+        datasets.load_split_pairs(cfg, "train")
 
 
 # -- the real corpus ------------------------------------------------------------------------
@@ -123,11 +123,11 @@ def test_real_corpus_split_sizes_and_stats(real_builder):
 
 
 def test_real_corpus_first_pairs_and_no_source_overlap(real_cfg, real_builder):
-    first = sources.load_split_pairs(real_cfg, "full[:3]")
+    first = datasets.load_split_pairs(real_cfg, "full[:3]")
     assert first == [("go .", "va !"), ("hi .", "salut !"), ("run !", "cours !")]
-    train = {src for src, _ in sources.load_split_pairs(real_cfg, "train")}
+    train = {src for src, _ in datasets.load_split_pairs(real_cfg, "train")}
     for held_out in ("validation", "test"):
-        sources_held_out = {src for src, _ in sources.load_split_pairs(real_cfg, held_out)}
+        sources_held_out = {src for src, _ in datasets.load_split_pairs(real_cfg, held_out)}
         assert not train & sources_held_out, held_out
 
 
@@ -141,13 +141,13 @@ def test_builder_config_names():
 def test_too_small_corpus_is_a_clear_error(tmp_path, make_zip, make_cfg):
     zip_path = make_zip(tmp_path / "c.zip", ["Go.\tVa !", "Hi.\tSalut !"])
     with pytest.raises(ValueError, match=r"split '\w+' would be empty \(2 pairs read"):
-        sources.load_split_pairs(make_cfg(zip_path), "train")
+        datasets.load_split_pairs(make_cfg(zip_path), "train")
 
 
 def test_stale_build_from_another_zip_is_refused(tmp_path, make_cfg, small_zip, make_zip):
     cfg = make_cfg(small_zip)
-    sources.load_split_pairs(cfg, "train")
+    datasets.load_split_pairs(cfg, "train")
     other = make_zip(tmp_path / "other.zip", ["Go.\tVa !"] * 3)
     cfg.zip_path = str(other)
     with pytest.raises(ValueError, match=r"was built from a zip with sha256 .* Delete"):
-        sources.load_split_pairs(cfg, "train")
+        datasets.load_split_pairs(cfg, "train")

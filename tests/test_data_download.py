@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from transformer_jax.data import corpus, download, sources
+from transformer_jax.data import corpus, datasets, download
 
 pytest_plugins = ["tests.conftest_data"]
 
@@ -54,7 +54,7 @@ def test_download_success_builds_dataset(tmp_path, server, small_zip, make_cfg):
     cfg = make_cfg(
         "", url=_url(server, "/fra-eng.zip"), zip_sha256=hashlib.sha256(data).hexdigest()
     )
-    assert len(sources.load_split_pairs(cfg, "full")) == 180
+    assert len(datasets.load_split_pairs(cfg, "full")) == 180
     saved = tmp_path / "tfds" / "downloads" / "fra-eng.zip"
     assert saved.read_bytes() == data
     assert not list(saved.parent.glob("*.incomplete"))
@@ -77,7 +77,7 @@ def test_wrong_checksum_is_an_error_and_file_is_not_kept(tmp_path, server, small
     # small zip does not.
     cfg = make_cfg("", url=_url(server, "/fra-eng.zip"))
     with pytest.raises(download.ChecksumMismatchError) as info:
-        sources.load_split_pairs(cfg, "train")
+        datasets.load_split_pairs(cfg, "train")
     message = str(info.value)
     assert hashlib.sha256(small_zip.read_bytes()).hexdigest() in message
     assert "161c93f18da3a7e6df611ed961426613260de8af06ccf8c79c977afe5135ac44" in message

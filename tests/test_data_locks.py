@@ -51,9 +51,9 @@ def test_two_processes_building_one_dataset_at_once_both_succeed(
     code = f"""
         from tests.conftest_data import _small_config
         from pathlib import Path
-        from transformer_jax.data import sources
+        from transformer_jax.data import datasets
         cfg = _small_config(Path({str(tmp_path)!r}), Path({str(zip_path)!r}))
-        builder = sources.prepared_builder(cfg)
+        builder = datasets.prepared_builder(cfg)
         print("examples", builder.info.splits["full"].num_examples, flush=True)
         """
     first, second = _python(code), _python(code)

@@ -5,7 +5,7 @@ import zipfile
 import numpy as np
 
 from tests.book_reference import BookVocab, book_preprocess_nmt
-from transformer_jax.data import pipeline, sources, tokenizers
+from transformer_jax.data import datasets, pipeline, tokenizers
 from transformer_jax.data.vocab import PAD_ID
 
 pytest_plugins = ["tests.conftest_data"]
@@ -133,7 +133,7 @@ def test_whole_pairs_are_kept_and_longer_ones_skipped_and_counted(
     assert "train source tokens (with <eos>): p50" in log and "p99.9" in log
     # The medium pairs of the train split appear whole (22 tokens: 19 words, number, ".",
     # <eos>) in one epoch's batches, <eos> last; none is cut.
-    train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
+    train_pairs = datasets.load_split_pairs(cfg, cfg.train_split)
     train_medium = sum(len(source.split()) == 21 for source, _ in train_pairs)
     seen = []
     for batch in pipe.train_iter.epoch_batches(0):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import sources
+from transformer_jax.data import datasets
 from transformer_jax.data.truecase_table import build_truecaser
 from transformer_jax.data.truecasing import Truecaser, learn_forms, source_forms
 
@@ -94,8 +94,8 @@ def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
     make_zip, make_cfg, tmp_path
 ):
     cfg = make_cfg(make_zip(tmp_path / "fra-eng.zip", _lines()))
-    train = sources.load_split_pairs(cfg, cfg.train_split)
-    held_out = sources.load_split_pairs(cfg, "test") + sources.load_split_pairs(cfg, "validation")
+    train = datasets.load_split_pairs(cfg, cfg.train_split)
+    held_out = datasets.load_split_pairs(cfg, "test") + datasets.load_split_pairs(cfg, "validation")
     assert train and held_out
     truecaser = build_truecaser(cfg, train, tmp_path / "cache")
     assert truecaser.target_lang == "fr"
@@ -111,7 +111,7 @@ def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
 def test_build_truecaser_without_the_zip_or_for_data_kept_as_written(make_zip, make_cfg, tmp_path):
     zip_path = make_zip(tmp_path / "fra-eng.zip", _lines())
     cfg = make_cfg(zip_path)
-    train = sources.load_split_pairs(cfg, cfg.train_split)
+    train = datasets.load_split_pairs(cfg, cfg.train_split)
     zip_path.unlink()  # built elsewhere: the raw text is gone
     assert build_truecaser(cfg, train, tmp_path / "cache") == Truecaser("fr")
     other = config_lib.data_config()
@@ -131,7 +131,7 @@ def test_build_truecaser_for_another_dataset_in_the_book_form(tmp_path):
         {"pt": "Sim.", "en": "Yes, I know."},
     ]
     with tfds.testing.mock_data(as_data_source_fn=lambda *args, **kwargs: records):
-        train = sources.load_split_pairs(cfg, "train")
+        train = datasets.load_split_pairs(cfg, "train")
         truecaser = build_truecaser(cfg, train, tmp_path / "cache")
     assert train[0] == ("vi o joão .", "i saw john , and john saw me .")
     assert truecaser == Truecaser("en", {"i": "I", "john": "John"})

@@ -7,6 +7,7 @@ from transformer_jax.data.batching import TrainIterator, eval_batches
 from transformer_jax.data.bucketing import padding_fraction, resolve_boundaries
 from transformer_jax.data.config import data_config, validate_data_config
 from transformer_jax.data.corpus import CorruptArchiveError
+from transformer_jax.data.datasets import load_split_pairs, split_sizes, spread_subset
 from transformer_jax.data.download import (
     KNOWN_DIGESTS,
     ChecksumMismatchError,
@@ -17,7 +18,6 @@ from transformer_jax.data.encoding import BATCH_KEYS, EncodedPairs, encode_pairs
 from transformer_jax.data.pipeline import InputPipeline, create_input_pipeline
 from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from transformer_jax.data.sources import load_split_pairs, split_sizes, spread_subset
 from transformer_jax.data.tokenizers import (
     Tokenizer,
     VocabularyMismatchError,

@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import augment, batching, bucketing, lengths, packing, sources
+from transformer_jax.data import augment, batching, bucketing, datasets, lengths, packing
 from transformer_jax.data.encoding import EncodedPairs, pad_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
@@ -84,10 +84,10 @@ def create_input_pipeline(
     """
     # Load the splits. Validation pairs evenly spaced, not the first n: fra-eng's splits are
     # stored shortest first.
-    train_pairs = sources.load_split_pairs(cfg, cfg.train_split)
-    eval_pairs = sources.load_split_pairs(cfg, cfg.eval_split)
-    test_pairs = sources.load_split_pairs(cfg, cfg.test_split)
-    eval_pairs = sources.spread_subset(eval_pairs, cfg.num_eval_examples)
+    train_pairs = datasets.load_split_pairs(cfg, cfg.train_split)
+    eval_pairs = datasets.load_split_pairs(cfg, cfg.eval_split)
+    test_pairs = datasets.load_split_pairs(cfg, cfg.test_split)
+    eval_pairs = datasets.spread_subset(eval_pairs, cfg.num_eval_examples)
     # Tokenizers: the given ones, or built (and cached) from the training pairs.
     src_tok, tgt_tok, truecaser = _tokenizers(cfg, train_pairs, cache_dir, tokenizers)
     # Encode: the training pairs (joined pairs added, subword sampling), eval and test pairs.
@@ -241,7 +241,7 @@ def _split_sizes(
 ) -> dict[str, int]:
     """The pairs of each split, the selected ones (train, eval, test) and those beyond the
     length limits."""
-    sizes = sources.split_sizes(cfg)
+    sizes = datasets.split_sizes(cfg)
     # Pairs beyond data.max_src_len / max_tgt_len (long_pairs="skip"): never trained on, and
     # left out of the teacher-forced eval loss (BLEU still translates them).
     for name, selected in zip(("train", "eval", "test"), pairs, strict=True):

@@ -18,7 +18,7 @@ import ml_collections
 from absl import logging
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import corpus, download, locks, preprocessing, sources
+from transformer_jax.data import corpus, datasets, download, locks, preprocessing
 from transformer_jax.data.truecasing import Truecaser, learn_forms
 
 
@@ -30,7 +30,7 @@ def _raw_fra_eng_targets(
     try:
         zip_path = download.locate_zip(
             zip_path=cfg.zip_path or None,
-            manual_dir=sources.download_manual_dir(cfg),
+            manual_dir=datasets.download_manual_dir(cfg),
             download_dir=Path(cfg.data_dir) / "downloads",
             url=None,  # never download for this alone
         )
@@ -48,7 +48,7 @@ def _raw_fra_eng_targets(
 
 def _raw_catalogue_targets(cfg: ml_collections.ConfigDict) -> list[str]:
     """A TFDS dataset's training targets as stored (before the book's preprocessing)."""
-    builder = sources.prepared_builder(cfg)
+    builder = datasets.prepared_builder(cfg)
     source = builder.as_data_source(split=cfg.train_split)
     texts = (source[i][cfg.target_lang] for i in range(len(source)))
     return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]

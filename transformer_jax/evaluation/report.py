@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.data import load_split_pairs, sources, spread_subset
+from transformer_jax.data import datasets, load_split_pairs, spread_subset
 from transformer_jax.data.batching import eval_batches
 from transformer_jax.data.config import is_source_checkout
 from transformer_jax.data.encoding import encode_pairs
@@ -111,7 +111,7 @@ def teacher_forced_loss(
 
 def split_names(config: Any) -> list[str]:
     """The split names of a run's dataset (e.g. train, validation, test; fra_eng also full)."""
-    return sorted(sources.split_sizes(config.data))
+    return sorted(datasets.split_sizes(config.data))
 
 
 def check_split(split: str, names: Sequence[str], dataset: str) -> str:

@@ -1,4 +1,5 @@
-"""Raw sentence pairs of a split, read with `tfds.data_source` (array_record, no TensorFlow).
+"""The datasets: the TFDS builder a data config names, and the raw sentence pairs of a split,
+read with `tfds.data_source` (array_record, no TensorFlow).
 
 `fra_eng` is built by our own builder (fra_eng.py); any other name is a TFDS catalogue dataset
 whose features `source_lang` / `target_lang` hold the two sides (e.g. "wmt14_translate/de-en").

@@ -4,7 +4,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import pipeline, sources
+from transformer_jax.data import datasets, pipeline
 
 
 def _cfg(tmp_path, name, source_lang, target_lang, **overrides):
@@ -31,7 +31,7 @@ def test_mock_translation_dataset_reads_feature_keys(tmp_path, name, source_lang
     with tfds.testing.mock_data(num_examples=10):
         # First: WMT builders are registered only once `tensorflow_datasets.translate` is
         # imported, which load_split_pairs does when a name is not found.
-        pairs = sources.load_split_pairs(cfg, "train")
+        pairs = datasets.load_split_pairs(cfg, "train")
         mocked = tfds.data_source(name, split="train")
         expected = [(r[source_lang].strip(), r[target_lang].strip()) for r in mocked]
     assert pairs == expected and len(pairs) == 10
@@ -52,7 +52,7 @@ def test_book_preprocessing_is_switchable(tmp_path, book_preprocessing, expected
     # as_data_source_fn: our own records (random mock letters have no case or punctuation).
     records = [{"pt": b" Ol\xc3\xa1, mundo! ", "en": "Hello,\u00a0world!"}]
     with tfds.testing.mock_data(as_data_source_fn=lambda *args, **kwargs: records):
-        assert sources.load_split_pairs(cfg, "train") == [expected]
+        assert datasets.load_split_pairs(cfg, "train") == [expected]
 
 
 def test_whole_pipeline_on_mock_wmt(tmp_path):
@@ -64,5 +64,5 @@ def test_whole_pipeline_on_mock_wmt(tmp_path):
     assert pipe.split_sizes["selected_train"] == 12
     # Round trip through the batch: the decoded source is one of the training sentences.
     with tfds.testing.mock_data(num_examples=12):
-        train = sources.load_split_pairs(cfg, "train")
+        train = datasets.load_split_pairs(cfg, "train")
     assert pipe.src_tokenizer.decode(batch["src"][0]) in {s for s, _ in train}
