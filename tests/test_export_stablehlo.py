@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers import subprocess_env
+from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import data_config
 from transformer_jax.data.corpus import read_pairs
 from transformer_jax.data.preprocessing import preprocess_nmt
@@ -134,3 +134,16 @@ def test_manifest_names_programs_and_shapes(model, exported):
     assert manifest["source_tokenizer"]["kind"] == "sentencepiece"
     with pytest.raises(FileExistsError, match="--force"):
         stablehlo.write(model, out)
+
+
+def test_the_ctranslate2_engine_refuses_a_stablehlo_export_in_one_line(exported):
+    """Was `KeyError: 'max_positions'` and a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.translate", "--engine=ctranslate2",
+         f"--model_dir={exported}", "go ."],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.startswith("FATAL: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "holds a 'stablehlo' export, not a CTranslate2 one" in result.stderr
+    assert result.stdout == ""

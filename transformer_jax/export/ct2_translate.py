@@ -46,7 +46,15 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
             f"{model_dir} has no {MANIFEST}: it is not a directory written by "
             "`python -m experiments.export --format=ctranslate2`."
         )
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    kind = manifest.get("format")
+    if kind != "ctranslate2":  # e.g. a StableHLO export: no CTranslate2 model to load
+        raise ValueError(
+            f"{model_dir} holds a {kind!r} export, not a CTranslate2 one: export the run with "
+            "`python -m experiments.export --format=ctranslate2`, or translate with "
+            "--engine=jax --workdir=RUN."
+        )
+    return manifest
 
 
 def load_truecaser(model_dir: str | Path) -> Truecaser | None:
