@@ -136,6 +136,12 @@ def _launch() -> None:
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
     from transformer_jax.data import VocabularyMismatchError
+    from transformer_jax.data.corpus import CorruptArchiveError
+    from transformer_jax.data.download import (
+        ChecksumMismatchError,
+        DownloadError,
+        ZipNotFoundError,
+    )
     from transformer_jax.evaluation.evaluators import ValidationBleu
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.preemption import EXIT_CODE, Preempted
@@ -165,7 +171,11 @@ def _train_and_report(training) -> None:
         sys.exit(EXIT_CODE)
     except (
         CheckpointSaveError,
+        ChecksumMismatchError,  # the corpus: a download or a file that cannot be used
         ConfigMismatchError,
+        CorruptArchiveError,
+        DownloadError,
+        ZipNotFoundError,
         InitFromError,
         NoCheckpointError,  # config.json unreadable
         NoUsableCheckpointError,

@@ -109,3 +109,31 @@ def test_the_checks_read_both_flag_forms_and_the_last_config_wins():
     launch.check_config_args(["prog", "--config=missing.py", f"--config={good}:d2l"])
     with pytest.raises(ConfigError, match=r"model.ffn_dim takes an integer \(now 64\)"):
         launch.check_config_args(["prog", f"--config={good}:d2l", "--config.model.ffn_dim=1.5"])
+
+
+def test_unreachable_corpus_mirror_is_one_fatal_line_naming_zip_path(tmp_path):
+    """A first run with no local zip and the d2l mirror out of reach (here a closed local
+    port): one FATAL line that names --config.data.zip_path (was a 196-line traceback)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.train",
+            f"{CONFIG}:runlocal",
+            f"--workdir={tmp_path / 'run'}",
+            "--config.data.zip_path=",
+            "--config.data.url=http://127.0.0.1:9/fra-eng.zip",  # the discard port: refused
+            f"--config.data.data_dir={tmp_path / 'data'}",
+        ],
+        cwd=tmp_path,
+        env={**subprocess_env(), "TFDS_DATA_DIR": str(tmp_path / "tfds")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("FATAL: download of http://127.0.0.1:9/fra-eng.zip failed"), last
+    assert "--config.data.zip_path=/path/to/fra-eng.zip" in last
+    assert not (tmp_path / "run").exists()  # nothing of the run was started

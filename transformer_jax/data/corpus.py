@@ -75,7 +75,7 @@ def open_archive(zip_path: str | Path) -> zipfile.ZipFile:
         raise CorruptArchiveError(
             f"{zip_path} is not a readable zip archive ({error}); it is probably truncated or an "
             "interrupted download. Delete it and download http://d2l-data.s3-accelerate."
-            "amazonaws.com/fra-eng.zip again, or set data.zip_path to a good copy."
+            "amazonaws.com/fra-eng.zip again, or pass a good copy as --config.data.zip_path=PATH."
         ) from error
     if bad_member is not None:
         raise CorruptArchiveError(

@@ -99,8 +99,10 @@ def download(
     except (urllib.error.URLError, http.client.HTTPException, TimeoutError) as error:
         partial.unlink(missing_ok=True)
         raise DownloadError(
-            f"download of {url} failed ({error!r}). If this machine is offline, fetch the file "
-            f"elsewhere and set data.zip_path to it (or put it in the TFDS manual dir)."
+            f"download of {url} failed ({error}). If this machine is offline, fetch "
+            f"{ZIP_NAME} elsewhere and pass its path as "
+            f"--config.data.zip_path=/path/to/{ZIP_NAME} (data.zip_path; or put it in the TFDS "
+            "manual dir)."
         ) from error
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -145,8 +147,8 @@ def locate_zip(
     if url:
         return download(url, downloaded, known_digests)
     raise ZipNotFoundError(
-        f"{ZIP_NAME} not found. Looked in: {'; '.join(looked)}. Supply it by one of: set "
-        f"data.zip_path to the file (e.g. ../shared/data/{ZIP_NAME}); copy it into the TFDS "
+        f"{ZIP_NAME} not found. Looked in: {'; '.join(looked)}. Supply it by one of: pass "
+        f"--config.data.zip_path=/path/to/{ZIP_NAME} (data.zip_path); copy it into the TFDS "
         f"manual dir ({manual_dir}); or set data.url (default {DEFAULT_URL}) on a machine with "
         "network access."
     )
