@@ -147,7 +147,7 @@ def test_save_load_pair(tmp_path):
 
 @pytest.mark.parametrize("kind", ["word", "sentencepiece"])
 def test_unknown_words_are_the_words_read_as_unk(kind):
-    from transformer_jax.inference.sources import unknown_words
+    from transformer_jax.inference.source_ids import unknown_words
 
     if kind == "word":
         tok = WordTokenizer.train(TRAIN, min_freq=1)

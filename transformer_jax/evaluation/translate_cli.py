@@ -30,7 +30,7 @@ from transformer_jax.data.text_form import clean_text
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.text_lines import decode_lines
 from transformer_jax.inference import Translator
-from transformer_jax.inference.sources import unknown_words
+from transformer_jax.inference.source_ids import unknown_words
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
@@ -141,7 +141,7 @@ def translate_workdir(
     sentences is translated in parts cut at sentence ends (`split_len`, default the run's
     `eval.split_len`: sentence by sentence); a sentence longer than the training limit is
     translated whole and noted on `stderr`, as are words the source vocabulary reads as
-    `<unk>` (`inference.sources.unknown_words`). Decoding settings not given come from the run
+    `<unk>` (`inference.source_ids.unknown_words`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
     the log). Notes number the sentences from `first_number` (a stream's later lines).

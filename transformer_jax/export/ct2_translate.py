@@ -35,7 +35,7 @@ from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
 from transformer_jax.inference.settings import check_split_len
-from transformer_jax.inference.sources import encode_sources
+from transformer_jax.inference.source_ids import encode_sources
 
 
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ memory; text in, text out. Used by translate, evaluate, the train loop's BLEU, t
 
 from transformer_jax.decoding.batch_decode import SourceTooLongError
 from transformer_jax.inference.settings import DEFAULTS, decode_settings
-from transformer_jax.inference.sources import DecodingWarning, EncodedSources, encode_sources
+from transformer_jax.inference.source_ids import DecodingWarning, EncodedSources, encode_sources
 from transformer_jax.inference.translator import Translations, Translator
 
 __all__ = [

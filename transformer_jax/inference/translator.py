@@ -6,7 +6,7 @@
 
 The translate and evaluate commands, the train loop's BLEU, the notebook, fine-tuning and
 checkpoint averaging all build one. Sources are data/'s `encode_text` rows (ids + `<eos>`,
-as in training; `inference.sources`), decoded in sorted, padded batches over the local
+as in training; `inference.source_ids`), decoded in sorted, padded batches over the local
 devices (`decoding.decode_ids`) and detokenised in the input order. Inputs are expected as
 the data stores them (fra_eng: the book's lowercasing and spaced punctuation); `prepare`
 turns raw text into that.
@@ -30,7 +30,7 @@ from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import decode_ids
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
 from transformer_jax.inference.settings import decode_settings
-from transformer_jax.inference.sources import EncodedSources, encode_sources
+from transformer_jax.inference.source_ids import EncodedSources, encode_sources
 from transformer_jax.nn import ModelConfig
 from transformer_jax.workdir.params import load_params
 
