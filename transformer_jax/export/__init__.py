@@ -9,8 +9,8 @@ from transformer_jax.export.ctranslate2 import (
     convert,
     export_ctranslate2,
 )
-from transformer_jax.export.source import load_trained
 from transformer_jax.export.stablehlo import export_stablehlo
+from transformer_jax.export.trained_model import load_trained
 
 __all__ = [
     "UnsupportedModelError",

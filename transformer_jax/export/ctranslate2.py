@@ -42,8 +42,8 @@ from transformer_jax import ops
 from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from transformer_jax.export.extras import import_extra
-from transformer_jax.export.source import load_trained
 from transformer_jax.export.staging import check_new, staged_dir
+from transformer_jax.export.trained_model import load_trained
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig
 

@@ -38,8 +38,8 @@ from transformer_jax.export.ctranslate2 import (
     run_manifest,
 )
 from transformer_jax.export.extras import import_extra
-from transformer_jax.export.source import load_trained
 from transformer_jax.export.staging import check_new, staged_dir
+from transformer_jax.export.trained_model import load_trained
 from transformer_jax.inference import Translator
 
 DEFAULT_MAX_DECODE_LEN = 64
