@@ -42,6 +42,19 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
     }
 )
 
+# What to return and how to choose tokens (`decoding.options.DecodeOptions`, with beam_size and
+# alpha above): `Translator.translate_options` takes them.
+OPTION_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "nbest": 1,  # hypotheses per sentence, best first (<= beam_size; samples when sampling)
+        "temperature": 0.0,  # 0 = search (greedy or beam); > 0 = sampling at that temperature
+        "top_k": 0,  # sampling from the k most probable tokens only; 0 = all
+        "top_p": 1.0,  # sampling from the smallest set of tokens holding this mass (nucleus)
+        "seed": 0,  # sampling's random seed: the same seed, the same samples
+        "prefix": None,  # forced target prefix (text), then search; None = none
+    }
+)
+
 # The run config's `eval` key of each setting it holds (`trained_len` comes from `data`).
 EVAL_KEYS: dict[str, str] = {
     "beam_size": "beam_size",
