@@ -1,6 +1,6 @@
-r"""Issue 38's accelerator check: compile times beside Flax WMT, the README run and the hour
-recipe end to end, train-step speed beside Flax WMT and PyTorch, and the model tests, on
-one accelerator, in one table and one JSON report.
+r"""Issue 38's accelerator check: compile times beside Flax WMT, the README run and the
+deep_sampled recipe (the 60-minute one) end to end, train-step speed beside Flax WMT and
+PyTorch, and the model tests, on one accelerator, in one table and one JSON report.
 
     python -m benchmarks.accelerator_check --flax_wmt_dir=.flax_wmt   # <= 8 min, one GPU
     python -m benchmarks.accelerator_check --dry_run                  # every job tiny, CPU
@@ -14,7 +14,7 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
                  the run's time: its target assumes the data built)
   readme         the README run from a fresh workdir and a fresh compilation cache
   readme_cached  the README run again, fresh workdir, the first launch's cache
-  hour           the hour recipe from a fresh workdir and a fresh data directory (data
+  deep_sampled   that recipe from a fresh workdir and a fresh data directory (data
                  building included), scored with its beam 6 on the whole test split
   speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with custom_vjp
                  and with autodiff gradients, Flax WMT, torch eager, torch.compile; tokens/s
@@ -63,7 +63,7 @@ REPO = jobs.REPO
 TESTS = ("tests/test_ops_*.py", "tests/test_nn_*.py", "tests/test_decoding_*.py",
          "tests/test_transformations.py")  # fmt: skip
 DRY_TESTS = ("tests/test_ops_masks.py",)
-README, HOUR = "configs/fra_eng.py", "configs/fra_eng.py:hour"
+README, DEEP_SAMPLED = "configs/fra_eng.py", "configs/fra_eng.py:deep_sampled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Limit:
     min_s: float
 
 
-# On one H100. The runs' limits are their targets (the README run 2 minutes, the hour 5)
+# On one H100. The runs' limits are their targets (the README run 2 minutes, deep_sampled 5)
 # with a margin; the speed job compiles `base` four times (its train step had not compiled
 # after 80 s on the first GPU run, issue 38): each implementation gets until 3/4 of it.
 LIMITS = {
@@ -82,7 +82,7 @@ LIMITS = {
     "data": Limit(90, 20),
     "readme": Limit(150, 45),
     "readme_cached": Limit(90, 30),
-    "hour": Limit(320, 90),
+    "deep_sampled": Limit(320, 90),
     "speed": Limit(180, 60),
     "gradients": Limit(60, 20),
     "tests": Limit(120, 40),
@@ -104,7 +104,7 @@ DRY_RUN_FLAGS = [
 @dataclasses.dataclass
 class Context:
     args: argparse.Namespace
-    scratch: Path  # workdirs, the hour's data, compilation caches (removed at the end)
+    scratch: Path  # workdirs, deep_sampled's data, compilation caches (removed at the end)
     logs: Path  # the jobs' logs, beside the JSON report
 
     @property
@@ -191,17 +191,21 @@ def job_readme_cached(ctx: Context, timeout_s: float) -> dict:
     return _launch(ctx, "readme_cached", ctx.readme_config(), [], "cache_readme", timeout_s)
 
 
-def job_hour(ctx: Context, timeout_s: float) -> dict:
-    if ctx.dry:  # the tiny hour on the checkout's data, built (building it takes a minute)
-        return _launch(ctx, "hour", HOUR + ",runlocal", [], "cache_hour", timeout_s)
+def job_deep_sampled(ctx: Context, timeout_s: float) -> dict:
+    if ctx.dry:  # the tiny deep_sampled on the checkout's data, built (building it takes a minute)
+        return _launch(
+            ctx, "deep_sampled", DEEP_SAMPLED + ",runlocal", [], "cache_deep_sampled", timeout_s
+        )
     from transformer_jax import launch
 
     # Scored on the whole test split (eval.num_test_examples = 0), as its target says.
     flags = []
-    if launch.load_config_file(str(REPO / HOUR)).eval.num_test_examples != 0:
+    if launch.load_config_file(str(REPO / DEEP_SAMPLED)).eval.num_test_examples != 0:
         flags.append("--config.eval.num_test_examples=0")
-    fresh = ctx.scratch / "tfds_hour"  # data building included
-    return _launch(ctx, "hour", HOUR, flags, "cache_hour", timeout_s, data_dir=fresh)
+    fresh = ctx.scratch / "tfds_deep_sampled"  # data building included
+    return _launch(
+        ctx, "deep_sampled", DEEP_SAMPLED, flags, "cache_deep_sampled", timeout_s, data_dir=fresh
+    )
 
 
 def _speed(ctx: Context, name: str, size: str, impls: str, peak: int, timeout_s: float) -> dict:
@@ -256,7 +260,7 @@ JOBS = {
     "data": job_data,
     "readme": job_readme,
     "readme_cached": job_readme_cached,
-    "hour": job_hour,
+    "deep_sampled": job_deep_sampled,
     "speed": job_speed,
     "gradients": job_gradients,
     "tests": job_tests,

@@ -1,10 +1,10 @@
 r"""Subword sampling: the project's seeded draws against SentencePiece's own sampler.
 
-    python -m benchmarks.sampling_draws                       # the hour: alpha 0.5, nbest -1
+    python -m benchmarks.sampling_draws                       # deep_sampled: alpha 0.5, nbest -1
     python -m benchmarks.sampling_draws --nbest -1 8 --sentences 2000
 
-On `--sentences` training sentences of the `hour` config's corpus (both sides of evenly
-spaced training pairs), with the hour's tokenizer (trained, or reused from the data
+On `--sentences` training sentences of the `deep_sampled` config's corpus (both sides of
+evenly spaced training pairs), with its tokenizer (trained, or reused from the data
 directory's cache), one row per sampler: pieces per sentence over `--draws` draws, the
 share of draws that differ from the best segmentation, distinct segmentations per sentence
 among the draws, the share of sentences a fresh process draws alike with the same seed,
@@ -113,7 +113,7 @@ def fresh_process(model_dir: Path, texts: list[str], alpha: float, nbest: int, s
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="hour", help="a configs/fra_eng.py variant")
+    parser.add_argument("--config", default="deep_sampled", help="a configs/fra_eng.py variant")
     parser.add_argument("--data_dir", default=None, help="default: the config's data.data_dir")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--draws", type=int, default=20)

@@ -69,7 +69,7 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
     _no_bare_strings(stages)
 
     programs = stages["programs"]
-    for run in ("readme", "readme_cached", "hour"):
+    for run in ("readme", "readme_cached", "deep_sampled"):
         _check_programs(programs[run])
     assert programs["cache"]["ratio"] > 0
     compiled = programs["compile_vs_flax_wmt"]["sizes"]["readme_local"]
@@ -96,7 +96,7 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
             elif not (name == "torch.compile" and _reason(entry)):  # may fail on a CPU
                 assert entry["tokens_per_s"] > 0 and entry["rounds"] >= 1, (key, name, entry)
 
-    for run in ("readme", "readme_cached", "hour"):
+    for run in ("readme", "readme_cached", "deep_sampled"):
         e2e = stages["end_to_end"][run]
         assert e2e["status"] == "ok" and e2e["steps"] == "6/6"
         assert e2e["wall_s"] > e2e["first_step_s"] > 0 and e2e["steps_per_s"] > 0
@@ -135,7 +135,7 @@ def test_a_job_the_budget_leaves_no_time_for_says_so_and_is_named_to_run_again(t
     assert re.fullmatch(
         r"not measured: [01] s of the 1 s budget were left", report["stages"]["tests"]
     )
-    assert report["stages"]["end_to_end"]["hour"] == "not measured: not in --jobs"
+    assert report["stages"]["end_to_end"]["deep_sampled"] == "not measured: not in --jobs"
     assert report["stages"]["programs"]["cache"].startswith("not measured: ")
     assert json.loads(out.read_text())["stages"] == report["stages"]
     assert "run them again: --jobs=tests" in capsys.readouterr().out

@@ -15,7 +15,16 @@ from transformer_jax.training import config as config_lib
 
 
 @pytest.mark.parametrize(
-    "arg", [None, "d2l", "hour", "runlocal", "hour,runlocal", "variant=small,runlocal", "base"]
+    "arg",
+    [
+        None,
+        "d2l",
+        "deep_sampled",
+        "runlocal",
+        "deep_sampled,runlocal",
+        "variant=small,runlocal",
+        "base",
+    ],
 )
 def test_every_variant_validates(arg):
     config_lib.validate_config(fra_eng.get_config(arg), num_devices=1)
@@ -38,7 +47,7 @@ def test_d2l_variant_is_the_books_setting():
 
 
 def test_runs_keep_whole_pairs_and_only_the_book_truncates():
-    for arg in (None, "hour", "small", "base", "runlocal"):
+    for arg in (None, "deep_sampled", "small", "base", "runlocal"):
         c = fra_eng.get_config(arg)
         assert c.data.long_pairs == "skip", arg
     assert fra_eng.get_config("d2l").data.long_pairs == "truncate"
@@ -46,15 +55,15 @@ def test_runs_keep_whole_pairs_and_only_the_book_truncates():
     assert default.data.max_src_len == default.data.max_tgt_len == 64
     # Packed rows of the longest kept pair's width: one train-step shape for both runs.
     assert default.data.packing and not default.data.bucketing
-    hour = fra_eng.get_config("hour")
-    assert hour.data.packing and not hour.data.bucketing
-    assert hour.data.max_src_len == hour.data.max_tgt_len == 64
-    assert hour.data.batch_tokens == 4096  # 64 packed rows
+    deep = fra_eng.get_config("deep_sampled")
+    assert deep.data.packing and not deep.data.bucketing
+    assert deep.data.max_src_len == deep.data.max_tgt_len == 64
+    assert deep.data.batch_tokens == 4096  # 64 packed rows
     assert default.eval.num_test_examples == 1000
 
 
-def test_readme_run_and_hour_share_one_tied_vocabulary_and_others_keep_two():
-    for arg in (None, "hour"):
+def test_readme_run_and_deep_sampled_share_one_tied_vocabulary_and_others_keep_two():
+    for arg in (None, "deep_sampled"):
         c = fra_eng.get_config(arg)
         assert c.data.shared_vocab and c.data.vocab_size == 4000, arg
         assert c.model.share_embeddings and c.model.tie_output, arg
@@ -63,54 +72,52 @@ def test_readme_run_and_hour_share_one_tied_vocabulary_and_others_keep_two():
     assert not (small.data.shared_vocab or small.model.share_embeddings)
 
 
-def test_readme_run_and_hour_translate_with_beams_and_the_book_and_runlocal_greedily():
+def test_readme_run_and_deep_sampled_translate_with_beams_and_the_book_and_runlocal_greedily():
     from transformer_jax.inference import decode_settings
 
-    for arg, beams in ((None, 4), ("hour", 6)):  # one setting: reports, translate, evaluate
+    for arg, beams in ((None, 4), ("deep_sampled", 6)):  # one setting: reports, translate, evaluate
         c = fra_eng.get_config(arg)
         assert c.eval.beam_size == beams and c.eval.alpha == (1.0 if arg else 0.6), arg
         assert decode_settings(c)["beam_size"] == beams, arg
         assert decode_settings(c)["alpha"] == c.eval.alpha, arg
         assert decode_settings(c, beam_size=1)["beam_size"] == 1  # --beam_size=1 wins
-    for arg in ("d2l", "runlocal", "hour,runlocal", "small"):
+    for arg in ("d2l", "runlocal", "deep_sampled,runlocal", "small"):
         assert fra_eng.get_config(arg).eval.beam_size == 1, arg
     # The beam pays for a third of the README run's steps (configs/fra_eng.py).
     assert fra_eng.get_config().num_train_steps == 1500
 
 
-def test_hour_recipe_is_the_readme_run_deeper_and_longer():
-    default, hour = fra_eng.get_config(), fra_eng.get_config("hour")
+def test_deep_sampled_recipe_is_the_readme_run_deeper_and_longer():
+    default, deep = fra_eng.get_config(), fra_eng.get_config("deep_sampled")
     assert default.model.num_encoder_layers == default.model.num_decoder_layers == 2
-    assert hour.model.num_encoder_layers == hour.model.num_decoder_layers == 3
+    assert deep.model.num_encoder_layers == deep.model.num_decoder_layers == 3
     # Both norm first at a peak of 8e-3 (the hour was measured so on 2026-11-25).
     assert (default.model.norm_placement, default.learning_rate) == ("pre", 8e-3)
-    assert (hour.model.norm_placement, hour.learning_rate) == ("pre", 8e-3)
-    hour.model.num_encoder_layers = hour.model.num_decoder_layers = 2
-    assert hour.model == default.model  # only the depth differs
-    assert default.data.concat_fraction == 0.2 and hour.data.concat_fraction == 0.0
-    hour.data.concat_fraction = default.data.concat_fraction  # they did not help the hour
+    assert (deep.model.norm_placement, deep.learning_rate) == ("pre", 8e-3)
+    deep.model.num_encoder_layers = deep.model.num_decoder_layers = 2
+    assert deep.model == default.model  # only the depth differs
+    assert default.data.concat_fraction == 0.2 and deep.data.concat_fraction == 0.0
+    deep.data.concat_fraction = default.data.concat_fraction  # they did not help the hour
     # The hour reads its sentences with drawn segmentations (subword regularization).
-    assert (hour.data.sp_sampling_alpha, default.data.sp_sampling_alpha) == (0.5, 0.0)
-    hour.data.sp_sampling_alpha = 0.0
+    assert (deep.data.sp_sampling_alpha, default.data.sp_sampling_alpha) == (0.5, 0.0)
+    deep.data.sp_sampling_alpha = 0.0
     # Twice the README run's tokens a batch: XLA:CPU runs them faster per token.
-    assert (hour.data.batch_tokens, default.data.batch_tokens) == (4096, 2048)
-    hour.data.batch_tokens = default.data.batch_tokens
-    # The README run packs its rows; the hour was measured with length buckets.
-    hour.data.packing, hour.data.bucketing = True, False
-    assert hour.data == default.data
-    assert hour.schedule == default.schedule == "linear"
-    assert hour.num_train_steps == 8_000 > default.num_train_steps
+    assert (deep.data.batch_tokens, default.data.batch_tokens) == (4096, 2048)
+    deep.data.batch_tokens = default.data.batch_tokens
+    assert deep.data == default.data
+    assert deep.schedule == default.schedule == "linear"
+    assert deep.num_train_steps == 8_000 > default.num_train_steps
     # The hour's beam width and length penalty were chosen on the validation split (the
     # README run keeps 4 beams at GNMT's 0.6), and the README run leaves validation BLEU to
     # its test report.
-    assert (hour.eval.beam_size, default.eval.beam_size) == (6, 4)
-    assert (hour.eval.alpha, default.eval.alpha) == (1.0, 0.6)
-    assert (hour.eval.num_bleu_examples, default.eval.num_bleu_examples) == (100, 0)
-    hour.eval.beam_size, hour.eval.alpha = default.eval.beam_size, default.eval.alpha
-    hour.eval.num_bleu_examples = 0
-    assert hour.eval == default.eval
+    assert (deep.eval.beam_size, default.eval.beam_size) == (6, 4)
+    assert (deep.eval.alpha, default.eval.alpha) == (1.0, 0.6)
+    assert (deep.eval.num_bleu_examples, default.eval.num_bleu_examples) == (100, 0)
+    deep.eval.beam_size, deep.eval.alpha = default.eval.beam_size, default.eval.alpha
+    deep.eval.num_bleu_examples = 0
+    assert deep.eval == default.eval
     # The linear decay reaches 0 at the recipe's own end; validation runs twice.
-    assert hour.eval_every_steps == hour.num_train_steps // 2
+    assert deep.eval_every_steps == deep.num_train_steps // 2
 
 
 def test_epochs_are_converted_to_steps_in_one_place():
@@ -138,7 +145,7 @@ def test_bad_variant_argument_lists_the_choices():
         (lambda c: c.update({"grad_accum_steps": 3}), "must divide the per-device batch"),
         (lambda c: c.update({"label_smoothing": 1.0}), "label_smoothing"),
         (lambda c: c.eval.update({"beam_size": 0}), "eval.beam_size"),
-        (lambda c: c.eval.update({"split_len": -1}), "eval.split_len must be an integer >= 0"),
+        (lambda c: c.eval.update({"segment_len": -1}), "eval.segment_len must be an integer >= 0"),
         (lambda c: c.model.update({"num_heads": 3}), "num_heads"),
         (lambda c: c.data.update({"tokenizer": "bpe"}), "sentencepiece"),
         (lambda c: c.data.update({"drop_remainder": None}), "drop_remainder=None.*False"),

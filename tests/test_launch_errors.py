@@ -59,7 +59,7 @@ def test_bad_split_slice_names_it_and_the_syntax(tmp_path):
 def test_variant_typo_lists_each_variant_once(tmp_path):
     line = _fatal_line(tmp_path, f"{CONFIG}:smal")
     assert "'smal'" in line and "did you mean 'small'" in line
-    assert "['default', 'd2l', 'hour', 'small', 'base', 'big', 'tiny']" in line
+    assert "['default', 'd2l', 'deep_sampled', 'small', 'base', 'big', 'tiny']" in line
     assert line.count("'d2l'") == 1
 
 

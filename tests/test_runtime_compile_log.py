@@ -117,7 +117,7 @@ def test_a_launch_compiles_few_programs_and_a_second_run_reads_them_from_the_cac
                 "--config.eval_every_steps=4",
                 "--config.checkpoint_every_steps=4",
                 # As many pairs as a decoding batch (64 rows): the loop's BLEU and the report
-                # share their programs, as the README and hour runs do.
+                # share their programs, as the README and deep_sampled runs do.
                 "--config.eval.num_bleu_examples=64",
                 "--config.eval.num_test_examples=64",
             ],

@@ -5,7 +5,7 @@ flax_wmt.py        the Flax `examples/wmt` model, read from a copy given by --fl
 compile_worker.py  init and train-step compile seconds, ours beside Flax WMT, one process
 speed_worker.py    train-step speed timed in turns: ours, Flax WMT, torch eager/compile
 data_worker.py     a run config's data (dataset, tokenizers), built before the README run
-runs.py            the README run and the hour recipe launched end to end, their logs read
+runs.py            the README run and deep_sampled launched end to end, their logs read
 jobs.py            a subprocess with a time limit, its lines timestamped, its partial JSON
 report.py          the JSON report's stages from the jobs' results; the machine
 table.py           the one table printed from the JSON report

@@ -34,7 +34,9 @@ def stages(results: dict[str, dict]) -> dict[str, Any]:
     def whole(job: str, key: str) -> Any:  # the job's result, if it holds `key`
         return results[job] if key in results[job] else why(job)
 
-    programs: dict[str, Any] = {k: part(k, "compile") for k in ("readme", "readme_cached", "hour")}
+    programs: dict[str, Any] = {
+        k: part(k, "compile") for k in ("readme", "readme_cached", "deep_sampled")
+    }
     first, second = programs["readme"], programs["readme_cached"]
     if isinstance(first, dict) and isinstance(second, dict):
         programs["cache"] = {
@@ -48,7 +50,7 @@ def stages(results: dict[str, dict]) -> dict[str, Any]:
     return {
         "programs": programs,
         "speed": {"base": whole("speed", "impls"), "readme": whole("gradients", "impls")},
-        "end_to_end": {k: whole(k, "wall_s") for k in ("readme", "readme_cached", "hour")},
+        "end_to_end": {k: whole(k, "wall_s") for k in ("readme", "readme_cached", "deep_sampled")},
         "tests": whole("tests", "counts"),
     }
 

@@ -1,7 +1,7 @@
-"""The README run and the hour recipe launched end to end, and what their logs and files say.
+"""The README run and deep_sampled launched end to end, and what their logs and files say.
 
-    argv = runs.train_argv("configs/fra_eng.py:hour", workdir, overrides)
-    job = jobs.run("hour", argv, timeout_s=300, log_dir=...)
+    argv = runs.train_argv("configs/fra_eng.py:deep_sampled", workdir, overrides)
+    job = jobs.run("deep_sampled", argv, timeout_s=300, log_dir=...)
     result = runs.read_run(job, workdir)
 
 Each launch is `python -m experiments.train` in a fresh workdir, as a user types it, with

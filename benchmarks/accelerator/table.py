@@ -15,10 +15,14 @@ Row = tuple[str, str, str, str]
 TARGET_COMPILE_RATIO = 1.2  # our README train step's compile / Flax WMT's, same size
 TARGET_CACHE_RATIO = 0.25  # the second README launch's compile seconds / the first's
 TARGET_README_S = 120.0  # the README run, report included, data already built
-TARGET_HOUR_S, TARGET_HOUR_BLEU = 300.0, 45.0  # the hour, data building included
+TARGET_DEEP_S, TARGET_DEEP_BLEU = 300.0, 45.0  # deep_sampled, data included
 TARGET_VS_EAGER, TARGET_VS_COMPILE, TARGET_MFU = 1.2, 1.0, 0.45  # base, bfloat16
 
-RUNS = {"readme": "README run", "readme_cached": "README run again", "hour": "hour run"}
+RUNS = {
+    "readme": "README run",
+    "readme_cached": "README run again",
+    "deep_sampled": "deep_sampled run",
+}
 
 
 def _why(value: Any) -> str | None:
@@ -139,7 +143,7 @@ def end_to_end_rows(stage: dict) -> list[Row]:
     targets = {
         "readme": f"<= {TARGET_README_S:.0f} s",
         "readme_cached": "",
-        "hour": f">= {TARGET_HOUR_BLEU:.0f} BLEU in <= {TARGET_HOUR_S:.0f} s",
+        "deep_sampled": f">= {TARGET_DEEP_BLEU:.0f} BLEU in <= {TARGET_DEEP_S:.0f} s",
     }
     for key, label in RUNS.items():
         run = stage[key]

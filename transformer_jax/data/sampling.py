@@ -5,7 +5,7 @@ heart; drawing a segmentation each time (Kudo 2018, "Subword Regularization"; fo
 Provilkov et al. 2020, "BPE-Dropout") shows it the same sentence as different piece sequences.
 Unlike dropout it adds no work to the compiled step: the draws are made on the host while the
 previous step runs (~13 ms of CPU for both sides of a batch of ~4,096 tokens, about as much as
-SentencePiece's own sampler, beside a ~0.42 s step of the `hour` model on 2 CPU cores;
+SentencePiece's own sampler, beside a ~0.42 s step of the `deep_sampled` model on 2 CPU cores;
 benchmarks/sampling_draws.py). Translation, evaluation and the teacher-forced validation loss
 keep the one best segmentation.
 

@@ -1,6 +1,6 @@
 """Run config files: a shipped config's name or a path (+ `:arg`) -> `get_config(arg)`.
 
-    load_config_file("configs/fra_eng.py:hour")   # a path, as `--config=` takes it
+    load_config_file("configs/fra_eng.py:deep_sampled")  # a path, as `--config=` takes it
     load_config_file("fra_eng:d2l")                # a shipped config, from any directory
     resolve_config("fra_eng:d2l", ["--config.seed=1"])  # with overrides, as the launcher
 
@@ -122,5 +122,5 @@ def _config_choices() -> str:
     )
     return (
         f"give a config file path or a shipped config's name, one of {shipped} "
-        "(with ':variant' if it has variants, e.g. --config=fra_eng:hour)"
+        "(with ':variant' if it has variants, e.g. --config=fra_eng:deep_sampled)"
     )
