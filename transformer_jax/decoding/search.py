@@ -18,7 +18,7 @@ to (and beam search reorders) a short cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -96,6 +96,10 @@ def _segmented_loop(cond, body, carry: tuple, max_len: int, grow: GrowFn | None)
     return carry
 
 
+# pick(logits (N, V), step index ()) -> the next token of each row (N,) int32.
+PickFn = Callable[[Array, Array], Array]
+
+
 def greedy_search(
     step_fn: StepFn,
     state: Any,
@@ -104,6 +108,7 @@ def greedy_search(
     *,
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
+    prefix: Array | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -119,30 +124,117 @@ def greedy_search(
         `state` then starts with room for at most the first segment's positions.
       limit: the most tokens to generate, <= L; a traced int32 scalar may set it per call,
         so one compiled program (shapes of L) serves every budget up to L. Default L.
+      prefix: (B, P) int32 forced first tokens per row, `<pad>` where a row's prefix has
+        ended (see `forced_tokens`); the search continues after them.
 
     Returns:
       (B, L) int32 generated ids: `<eos>` is kept, positions after it hold `<pad>`.
+    """
+    return extend_rows(
+        step_fn,
+        state,
+        batch_size,
+        max_len,
+        lambda logits, i: first_argmax(logits),
+        grow=grow,
+        limit=limit,
+        prefix=prefix,
+        scored=False,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+    )[0]
+
+
+def forced_tokens(prefix: Array | None, i: Array, pad_id: int = PAD_ID) -> tuple[Array, Array]:
+    """Step i's forced token of each row and whether it is forced: (B, P) -> (B,), (B,).
+
+    A row is forced while i < P and its prefix holds a token other than `<pad>` at i.
+    """
+    if prefix is None:
+        return None, None
+    width = prefix.shape[1]
+    token = jax.lax.dynamic_index_in_dim(prefix, jnp.minimum(i, width - 1), 1, keepdims=False)
+    return token, (i < width) & (token != pad_id)
+
+
+def extend_rows(
+    step_fn: StepFn,
+    state: Any,
+    batch_size: int,
+    max_len: int,
+    pick: PickFn,
+    *,
+    grow: GrowFn | None = None,
+    limit: Array | int | None = None,
+    prefix: Array | None = None,
+    scored: bool = True,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
+) -> tuple[Array, Array]:
+    """One hypothesis per row, extended by `pick(logits, i)` (greedy: the arg-max; sampling:
+    a draw) after any forced `prefix` tokens, until `<eos>` or `limit` tokens.
+
+    Returns (tokens (B, L) as `greedy_search`'s, log P (B,) of each row's tokens under the
+    step function's distribution, `<eos>` included; zeros when not `scored`, which saves a
+    log-softmax per step).
     """
     limit = max_len if limit is None else jnp.minimum(jnp.asarray(limit, jnp.int32), max_len)
     tokens = jnp.full((batch_size, max_len), pad_id, jnp.int32)  # (B, L)
     last = jnp.full((batch_size,), bos_id, jnp.int32)  # (B,)
     finished = jnp.zeros((batch_size,), bool)  # (B,)
+    log_prob = jnp.zeros((batch_size,), jnp.float32)  # (B,)
 
     def cond(carry):
-        i, _, _, finished, _ = carry
+        i, _, _, finished, _, _ = carry
         return (i < limit) & ~jnp.all(finished)
 
     def body(carry):
-        i, last, tokens, finished, state = carry
+        i, last, tokens, finished, log_prob, state = carry
         logits, state = step_fn(last, state)  # (B, V)
+        nxt = pick(logits, i)  # (B,)
+        token, forced = forced_tokens(prefix, i, pad_id)
+        if prefix is not None:
+            nxt = jnp.where(forced, token, nxt)
         # Rows that are done keep emitting <pad>; the model still runs on them (fixed shapes).
-        nxt = jnp.where(finished, pad_id, first_argmax(logits))
+        nxt = jnp.where(finished, pad_id, nxt)
+        if scored:
+            logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (B, V)
+            step_logp = jnp.take_along_axis(logp, nxt[:, None], axis=1)[:, 0]  # (B,)
+            log_prob = log_prob + jnp.where(finished, 0.0, step_logp)
         tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (0, i))
         finished = finished | (nxt == eos_id)
-        return i + 1, nxt, tokens, finished, state
+        return i + 1, nxt, tokens, finished, log_prob, state
 
-    carry = (jnp.array(0, jnp.int32), last, tokens, finished, state)
-    return _segmented_loop(cond, body, carry, max_len, grow)[2]
+    carry = (jnp.array(0, jnp.int32), last, tokens, finished, log_prob, state)
+    carry = _segmented_loop(cond, body, carry, max_len, grow)
+    return carry[2], carry[4]
+
+
+def hypothesis_lengths(tokens: Array, limit: Array | int, eos_id: int = EOS_ID) -> Array:
+    """Tokens of each hypothesis, `<eos>` included: (..., L) -> (...,) int32 (the first
+    `<eos>`'s position + 1, else `limit`: a hypothesis cut at the budget)."""
+    is_eos = tokens == eos_id
+    first = jnp.argmax(is_eos, axis=-1).astype(jnp.int32)
+    return jnp.where(jnp.any(is_eos, axis=-1), first + 1, jnp.asarray(limit, jnp.int32))
+
+
+def mean_log_probs_step(step_fns: Sequence[StepFn]) -> StepFn:
+    """An ensemble's step function: the mean of its members' log-probabilities each step.
+
+    State: a tuple of the members' states. The mean of log-softmaxes is returned as the
+    logits (searches normalise them again: the members' normalised geometric mean), so an
+    ensemble of one model ranks exactly as the model.
+    """
+
+    def step(tokens: Array, states: tuple) -> tuple[Array, tuple]:
+        outs = [fn(tokens, s) for fn, s in zip(step_fns, states, strict=True)]
+        logps = [jax.nn.log_softmax(logits.astype(jnp.float32)) for logits, _ in outs]
+        mean = logps[0] if len(logps) == 1 else sum(logps) / len(logps)  # (N, V)
+        return mean, tuple(s for _, s in outs)
+
+    return step
 
 
 def chunked_top_k(x: Array, k: int, chunk: int = 128) -> tuple[Array, Array]:
@@ -215,6 +307,7 @@ def beam_search(
     alpha: float | Array,
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
+    prefix: Array | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -237,6 +330,9 @@ def beam_search(
       max_len: L, the most tokens generated per hypothesis (`<eos>` included).
       alpha: α ≥ 0 of the length penalty.
       grow, limit: as in `greedy_search` (a hypothesis is cut at `limit` tokens).
+      prefix: (B, P) forced first tokens per sentence, as in `greedy_search`: while forced,
+        every extension but the forced token is dropped (scores count the forced tokens'
+        log-probabilities).
 
     Returns:
       BeamResult with tokens (B, W, L) and scores (B, W), best first.
@@ -263,6 +359,10 @@ def beam_search(
         logits, state = step_fn(last.reshape(b * w), state)  # (B·W, V)
         vocab = logits.shape[-1]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, w, vocab)
+        token, forced = forced_tokens(prefix, i, pad_id)  # (B,) twice
+        if prefix is not None:
+            other = jnp.arange(vocab)[None, None, :] != token[:, None, None]  # (B, 1, V)
+            logp = jnp.where(forced[:, None, None] & other, NEG_INF, logp)
         cand = (live_logp[:, :, None] + logp).reshape(b, w * vocab)  # (B, W·V)
         top_logp, top_idx = chunked_top_k(cand, w)  # (B, W)
         top_beam, top_tok = top_idx // vocab, (top_idx % vocab).astype(jnp.int32)  # (B, W)
