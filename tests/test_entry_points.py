@@ -56,6 +56,7 @@ SMALLEST_PATHS: dict[str, tuple[list[str], str, int]] = {
         0,
     ),
     "experiments.build_notebook": (["--check"], "", 0),
+    "experiments.serve": ([f"--workdir={EMPTY}", "--port=0"], NO_RUN, 2),
     # --- benchmarks
     "benchmarks.decode": (
         [
@@ -91,6 +92,8 @@ SMALLEST_PATHS: dict[str, tuple[list[str], str, int]] = {
     ),
     "benchmarks.paragraphs": ([f"--workdir={EMPTY}"], NO_RUN, 2),
     "benchmarks.length_gap": ([f"--workdir={EMPTY}"], NO_RUN, 2),
+    # Starts experiments.serve, which refuses the directory: its FATAL line, relayed.
+    "benchmarks.serve": ([f"--workdir={EMPTY}", "--clients=1", "--requests=1"], NO_RUN, 2),
     # Minutes even at their smallest (training, or the corpus and a tokenizer to prepare).
     "benchmarks.time_to_bleu": (["--help"], "--checkpoints_min", 0),
     "benchmarks.bucketing": (["--help"], "--steps", 0),
@@ -109,6 +112,7 @@ RUNS_FOR_REAL = {
     "experiments.export": "tests/test_export_ctranslate2.py, tests/test_export_stablehlo.py",
     "experiments.average_checkpoints": "tests/test_checkpoint_averaging.py",
     "benchmarks.length_gap": "tests/test_benchmark_length_gap.py (its tables)",
+    "experiments.serve": "tests/test_serving_http.py (a trained run served, spoken to over HTTP)",
 }
 
 

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workdir", "decoding"),  # what a run leaves on disk; search over the decode cache
     ("training", "inference"),  # the train loop; the Translator
     ("evaluation", "export", "sweeps"),  # reports and evaluators; exports; sweep runner
+    ("serving",),  # the HTTP server: a Translator or an export (engines), batcher, app
     ("launch", "testing"),  # what launchers check; helpers for tests and benchmarks
 ]
 

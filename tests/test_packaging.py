@@ -22,7 +22,7 @@ from transformer_jax.data.config import SHARED_ZIP
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-COMMANDS = ("train", "translate", "evaluate", "sweep", "export", "average")
+COMMANDS = ("train", "translate", "evaluate", "sweep", "export", "average", "serve")
 
 
 def _pyproject() -> dict:

@@ -1,0 +1,240 @@
+r"""Serving under load: requests/s, sentences/s and latency of the HTTP server at 1, 8, 64 clients.
+
+    python -m benchmarks.serve --workdir=runs/fra_eng
+    python -m benchmarks.serve --workdir=runs/fra_eng --clients=1,8,64 --requests=512 \
+        --out=serve.json
+
+Starts `python -m experiments.serve` on the workdir (127.0.0.1, a free port; --server_flag
+passes more flags, e.g. --server_flag=--beam_size=1), waits until /health answers 200 (the
+warm-up compiles the decoding programs), then for each --clients level sends --requests
+`POST /translate` requests of --sentences_per_request sentences from that many client
+threads (each with its own keep-alive connection; a client sends its next request when the
+last is answered) and prints one row per level: requests/s, sentences/s, p50/p99 latency,
+the mean batch the server decoded (from /health's counts) and the speed-up in sentences/s
+over the first level. The clients run in this process, on the same machine as the server:
+their own CPU time counts against the server's. --out writes the rows as JSON.
+
+Sentences are `SENTENCES` (English, 1-12 words, as the fra-eng test split), cycled.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from absl import app, flags
+
+from transformer_jax import launch
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Training workdir the server loads.")
+flags.DEFINE_list("clients", ["1", "8", "64"], "Concurrent clients, one level each.")
+flags.DEFINE_integer("requests", 512, "Requests per level (split over its clients).")
+flags.DEFINE_integer("sentences_per_request", 1, "Sentences in each request.")
+flags.DEFINE_integer("beam_size", None, "Sent with each request; default the server's.")
+flags.DEFINE_float("batch_window_ms", 5.0, "The server's --batch_window_ms.")
+flags.DEFINE_integer("max_batch_sentences", 64, "The server's --max_batch_sentences.")
+flags.DEFINE_multi_string("server_flag", [], "More flags for experiments.serve.")
+flags.DEFINE_integer("startup_timeout", 900, "Seconds to wait for /health to answer 200.")
+flags.DEFINE_string("out", None, "Write the rows as JSON here.")
+
+SENTENCES = [
+    "Go.",
+    "I lost.",
+    "Help me.",
+    "Tom is tall.",
+    "I'm at home.",
+    "Where is the station?",
+    "I like to read books.",
+    "She is my best friend.",
+    "We have to leave now.",
+    "Do you speak French?",
+    "It's raining outside today.",
+    "I don't know what to do.",
+    "He went to school by bus.",
+    "The children are playing in the garden.",
+    "Can you tell me where the nearest bank is?",
+    "I think that Tom is right about this.",
+    "My father bought a new car last week.",
+    "Please close the door when you leave the room.",
+    "I've never seen such a beautiful sunset before.",
+    "They said they would come back tomorrow morning.",
+]
+
+
+def start_server(workdir: str, extra: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
+    """`experiments.serve` on a free port; returns the process and its URL once it listens.
+    A server that ends first (e.g. a directory without a run) ends this with its FATAL line."""
+    command = [sys.executable, "-m", "experiments.serve", f"--workdir={workdir}", "--port=0"]
+    process = subprocess.Popen(
+        [*command, *extra],
+        cwd=Path(__file__).resolve().parents[1],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    for line in process.stderr:
+        lines.append(line)
+        found = re.search(r"Serving on (http://\S+)", line)
+        if found:  # keep reading stderr so that the server never blocks on a full pipe
+            threading.Thread(target=process.stderr.read, daemon=True).start()
+            return process, found.group(1)
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    process.wait()
+    fatal = [line for line in lines if line.startswith("FATAL: ")]
+    launch.fatal(fatal[-1][len("FATAL: ") :] if fatal else "".join(lines[-5:]))
+
+
+def get_json(url: str, path: str) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float) -> float:
+    """Seconds until GET /health answered 200."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if process.poll() is not None:
+            launch.fatal(f"the server ended (exit code {process.returncode}) while warming up.")
+        try:
+            if get_json(url, "/health")[0] == 200:
+                return time.monotonic() - start
+        except OSError:
+            pass
+        time.sleep(0.5)
+    launch.fatal(f"the server did not answer /health with 200 within {timeout:.0f} s.")
+
+
+def load_level(url: str, clients: int, requests: int, body: dict, per_request: int) -> dict:
+    """`requests` POST /translate from `clients` threads; wall time and each latency."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    latencies: list[float] = []
+    errors: list[str] = []
+    counter = iter(range(requests))
+    lock = threading.Lock()
+
+    def client() -> None:
+        connection = http.client.HTTPConnection(host, int(port), timeout=120)
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                break
+            text = [SENTENCES[(i * per_request + k) % len(SENTENCES)] for k in range(per_request)]
+            payload = json.dumps({**body, "text": text}).encode()
+            start = time.perf_counter()
+            connection.request("POST", "/translate", payload, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            data = response.read()
+            elapsed = time.perf_counter() - start
+            with lock:
+                if response.status == 200 and len(json.loads(data)["translations"]) == per_request:
+                    latencies.append(elapsed)
+                else:
+                    errors.append(f"{response.status} {data[:200]!r}")
+        connection.close()
+
+    before = get_json(url, "/health")[1]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    after = get_json(url, "/health")[1]
+    if errors:
+        launch.fatal(f"{len(errors)} of {requests} requests failed, e.g. {errors[0]}")
+    batches = after["batches"] - before["batches"]
+    sentences = after["batched_sentences"] - before["batched_sentences"]
+    return {
+        "clients": clients,
+        "requests": requests,
+        "sentences": requests * per_request,
+        "seconds": wall,
+        "requests_per_s": requests / wall,
+        "sentences_per_s": requests * per_request / wall,
+        "p50_ms": 1000 * float(np.percentile(latencies, 50)),
+        "p99_ms": 1000 * float(np.percentile(latencies, 99)),
+        "mean_batch": sentences / max(batches, 1),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    base = rows[0]["sentences_per_s"]
+    lines = [
+        "| clients | requests | req/s | sentences/s | p50 ms | p99 ms | mean batch | speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['clients']} | {r['requests']} | {r['requests_per_s']:.1f} | "
+            f"{r['sentences_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
+            f"{r['mean_batch']:.1f} | {r['sentences_per_s'] / base:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    levels = [int(c) for c in FLAGS.clients]
+    if min(levels) < 1 or FLAGS.requests < 1 or FLAGS.sentences_per_request < 1:
+        launch.fatal("--clients, --requests and --sentences_per_request must be >= 1.")
+    extra = [
+        f"--batch_window_ms={FLAGS.batch_window_ms}",
+        f"--max_batch_sentences={FLAGS.max_batch_sentences}",
+        f"--max_request_sentences={max(64, FLAGS.sentences_per_request)}",
+        *FLAGS.server_flag,
+    ]
+    process, url = start_server(FLAGS.workdir, extra, FLAGS.startup_timeout)
+    try:
+        warm = wait_healthy(url, process, FLAGS.startup_timeout)
+        health = get_json(url, "/health")[1]
+        print(f"server {url}: ready after {warm:.1f} s of warm-up; {health}", flush=True)
+        body = {} if FLAGS.beam_size is None else {"beam_size": FLAGS.beam_size}
+        rows = []
+        for clients in levels:
+            rows.append(load_level(url, clients, FLAGS.requests, body, FLAGS.sentences_per_request))
+            print(f"{clients} clients: {rows[-1]['sentences_per_s']:.1f} sentences/s", flush=True)
+    finally:
+        process.send_signal(2)  # SIGINT: the server shuts down gracefully
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    print(table(rows))
+    if FLAGS.out:
+        result = {
+            "workdir": FLAGS.workdir,
+            "server": {
+                k: v for k, v in health.items() if k not in ("batches", "batched_sentences")
+            },
+            "warm_up_s": warm,
+            "cpu": platform.processor() or platform.machine(),
+            "flags": extra,
+            "rows": rows,
+        }
+        Path(FLAGS.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))

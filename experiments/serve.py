@@ -1,0 +1,146 @@
+r"""Serve translations over HTTP/JSON: flags in, `serving.app.serve` out.
+
+    python -m experiments.serve --workdir=runs/fra_eng --port=8000
+    python -m experiments.serve --engine=ctranslate2 --model_dir=exports/fra_eng_ct2
+    curl -s localhost:8000/translate -d '{"text": ["Go.", "I lost."], "beam_size": 4}'
+    # {"translations":["Va !","J'ai perdu."]}
+
+The model is loaded once; GET /health answers 503 while its decoding programs compile (tens
+of seconds on a CPU) and 200 after. Requests that arrive within --batch_window_ms of each
+other (up to --max_batch_sentences sentences) are decoded as one batch. The decoding flags
+(--beam_size, --alpha, ...; unset: the run's) are the defaults a request can override.
+WORKSPACE.md ("Serving") lists the request fields and limits. Needs the `[serve]` extra
+(FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from absl import app, flags
+
+from transformer_jax import launch
+
+FLAGS = flags.FLAGS
+launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (as translate's)
+flags.DEFINE_enum(
+    "engine",
+    "jax",
+    ["jax", "ctranslate2"],
+    "jax: the checkpoint in --workdir; ctranslate2: the CTranslate2 export in --model_dir.",
+)
+flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
+flags.DEFINE_enum(
+    "text",
+    "natural",
+    ["natural", "data"],
+    "natural: translations as text to read; data: the model's own form (as translate's --text).",
+)
+flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every interface).")
+flags.DEFINE_integer("port", 8000, "Port to listen on; 0 = a free one (printed on stderr).")
+flags.DEFINE_float(
+    "batch_window_ms",
+    5.0,
+    "How long the batcher gathers requests after the first of a batch, in milliseconds.",
+)
+flags.DEFINE_integer("max_batch_sentences", 64, "Most sentences decoded as one batch.")
+flags.DEFINE_integer("max_request_sentences", 64, "Most sentences in one request (400 above).")
+flags.DEFINE_integer("max_sentence_chars", 1000, "Most characters in one sentence (400 above).")
+flags.DEFINE_integer("max_body_bytes", 1 << 20, "Most bytes in a request body (413 above).")
+flags.DEFINE_integer("max_beam_size", 16, "Largest beam_size a request may ask for.")
+flags.DEFINE_bool("warm_up", True, "Compile the decoding programs before /health answers 200.")
+flags.DEFINE_bool("access_log", False, "Log one line per request (uvicorn's access log).")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        launch.fatal(f"unexpected arguments {argv[1:]}; the server takes flags only.")
+    launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        launch.fatal(
+            "serving needs FastAPI and uvicorn: pip install 'transformer_jax[serve]' "
+            "(or pip install -r requirements.txt)."
+        )
+    # The [serve] extra's modules, imported once the check above has passed.
+    from transformer_jax.serving.app import bind, create_app, serve
+    from transformer_jax.serving.requests import Limits
+
+    try:
+        limits = Limits(
+            max_sentences=FLAGS.max_request_sentences,
+            max_chars=FLAGS.max_sentence_chars,
+            max_body_bytes=FLAGS.max_body_bytes,
+            max_beam_size=FLAGS.max_beam_size,
+        )
+        if FLAGS.max_batch_sentences < 1 or FLAGS.batch_window_ms < 0:
+            raise ValueError("--max_batch_sentences must be >= 1 and --batch_window_ms >= 0.")
+        engine = _engine()
+        sock = bind(FLAGS.host, FLAGS.port)
+    except (OSError, ValueError) as error:
+        launch.fatal(str(error))
+    failures: list[str] = []
+
+    def stop(reason: str) -> None:  # the warm-up failed: stop serving, then one FATAL line
+        failures.append(reason)
+        server_app.state.server.should_exit = True
+
+    server_app = create_app(
+        engine,
+        limits=limits,
+        window_s=FLAGS.batch_window_ms / 1000,
+        max_sentences=FLAGS.max_batch_sentences,
+        warm_up=FLAGS.warm_up,
+        on_failure=stop,
+    )
+    serve(server_app, sock, access_log=FLAGS.access_log)
+    if failures:
+        launch.fatal(failures[0])
+
+
+def _engine():
+    """The engine the flags name, loaded (a FATAL line if it cannot be)."""
+    from transformer_jax.serving.engines import CTranslate2Engine, JaxEngine
+
+    if FLAGS.engine == "ctranslate2":
+        if not FLAGS.model_dir:
+            launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
+        unsupported = [
+            f"--{name}" for name in ("workdir", "step", "max_decode_len") if FLAGS[name].value
+        ]
+        if FLAGS.average_last != 1:
+            unsupported.append("--average_last")
+        if unsupported:
+            launch.fatal(
+                f"{', '.join(unsupported)} apply to --engine=jax only; a CTranslate2 export "
+                "holds one set of weights (export an averaged or earlier checkpoint instead)."
+            )
+        values = launch.decoding_flag_values()
+        for name in ("step", "average_last", "max_decode_len"):  # refused above
+            values.pop(name)
+        return CTranslate2Engine(FLAGS.model_dir, text=FLAGS.text, **values)
+    if not FLAGS.workdir:
+        launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
+    from transformer_jax.inference import Translator
+    from transformer_jax.runtime import configure_process, cpu_devices
+    from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
+
+    try:
+        # The run's process settings (XLA flags, allocator) before JAX starts its backend.
+        configure_process(load_config(FLAGS.workdir))
+        cpu_devices.apply(FLAGS.cpu_devices)
+        values = launch.decoding_flag_values()
+        translator = Translator.from_workdir(
+            FLAGS.workdir, values.pop("step"), average_last=values.pop("average_last")
+        )
+    except NoCheckpointError as error:
+        launch.fatal(str(error))
+    return JaxEngine(translator, text=FLAGS.text, **values)
+
+
+def run() -> None:
+    """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
+    app.run(main, flags_parser=launch.flags_parser())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,314 @@
+"""The HTTP server for real: uvicorn on 127.0.0.1 (a free port), spoken to over HTTP.
+
+A fake engine for the request handling (fast, and its calls can be counted and held), a
+`Translator` of a tiny random model for the real path, and `python -m experiments.serve` on
+a tiny trained workdir for the launcher.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+pytest.importorskip("fastapi")  # the [serve] extra (pinned in requirements.txt)
+
+from tests.helpers import REPO, subprocess_env  # noqa: E402
+from transformer_jax.data.config import SHARED_ZIP  # noqa: E402
+from transformer_jax.data.vocab import SPECIAL_TOKENS  # noqa: E402
+from transformer_jax.data.word_tokenizer import WordTokenizer  # noqa: E402
+from transformer_jax.decoding.options import DecodeOptions  # noqa: E402
+from transformer_jax.inference import Translator  # noqa: E402
+from transformer_jax.serving.app import create_app, start_in_thread  # noqa: E402
+from transformer_jax.serving.engines import JaxEngine  # noqa: E402
+from transformer_jax.serving.requests import Limits, decode_options  # noqa: E402
+from transformer_jax.testing import random_params, tiny_config  # noqa: E402
+
+
+def request(url, method, path, body=None, headers=None):
+    """(status, parsed JSON) of one request; `body` bytes are sent as they are."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    try:
+        if isinstance(body, dict | list):
+            body = json.dumps(body).encode()
+        connection.request(method, path, body, headers or {})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def wait_healthy(url, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, answer = request(url, "GET", "/health")
+        if status == 200:
+            return answer
+        time.sleep(0.05)
+    raise AssertionError(f"/health never answered 200: {status} {answer}")
+
+
+class FakeEngine:
+    """Echoes each line upper-cased (and the beam size); counts calls; warm-up waits for
+    `warmed` so a test sees the server before it is ready."""
+
+    def __init__(self, warm: bool = True):
+        self.calls: list[list[str]] = []
+        self.warmed = threading.Event()
+        if warm:
+            self.warmed.set()
+
+    def options(self, given):
+        return decode_options({"beam_size": 2}, given)
+
+    def translate(self, lines, options):
+        self.calls.append(list(lines))
+        if any("explode" in line for line in lines):
+            raise RuntimeError("the engine exploded")
+        return [[{"text": f"{line.upper()} b{options.beam_size}"}] for line in lines]
+
+    def warm_up(self, max_sentences):
+        assert self.warmed.wait(60)
+        return 0
+
+    def describe(self):
+        return {"engine": "fake"}
+
+
+LIMITS = Limits(max_sentences=4, max_chars=50, max_body_bytes=400, max_beam_size=8)
+
+
+@pytest.fixture
+def fake_server():
+    engine = FakeEngine()
+    app = create_app(engine, limits=LIMITS, window_s=0.001, max_sentences=16)
+    server = start_in_thread(app)
+    wait_healthy(server.url)
+    yield server.url, engine
+    server.stop()
+
+
+def test_health_is_503_until_warm_then_200_and_translate_waits_too():
+    engine = FakeEngine(warm=False)
+    server = start_in_thread(create_app(engine, limits=LIMITS, window_s=0.001, max_sentences=4))
+    try:
+        assert request(server.url, "GET", "/health") == (503, {"status": "warming up"})
+        status, answer = request(server.url, "POST", "/translate", {"text": "go ."})
+        assert status == 503 and "still loading" in answer["error"]
+        engine.warmed.set()
+        health = wait_healthy(server.url)
+        assert health["status"] == "ok" and health["engine"] == "fake"
+        assert request(server.url, "POST", "/translate", {"text": "go ."}) == (
+            200,
+            {"translations": ["GO . b2"]},
+        )
+    finally:
+        server.stop()
+
+
+def test_translations_come_back_in_order_with_the_requests_options(fake_server):
+    url, _ = fake_server
+    status, answer = request(url, "POST", "/translate", {"text": ["a", "b", "c"], "beam_size": 3})
+    assert (status, answer) == (200, {"translations": ["A b3", "B b3", "C b3"]})
+
+
+BAD = [
+    (b'{"text": ["a"', 400, "invalid JSON"),
+    (b'{"text": "\xe9t\xe9"}', 400, "not valid UTF-8 (byte 10)"),
+    (b'{"text": "a", "alpha": Infinity}', 400, "Infinity is not a JSON number"),
+    ({"text": 5}, 400, '"text" must be a string or a list of strings'),
+    ({"text": [""]}, 400, '"text"[0] is empty'),
+    ({"text": []}, 400, '"text" is an empty list'),
+    ({"text": "x" * 51}, 400, "more than 50"),
+    ({"text": ["a"] * 5}, 400, "more than 4 per request"),
+    ({"text": "a", "beem_size": 2}, 400, "did you mean 'beam_size'?"),
+    ({"text": "a", "beam_size": 1.5}, 400, "beam_size must be an integer >= 1"),
+    ({"text": "a", "beam_size": 9}, 400, "over the server's limit of 8"),
+    ({"text": "a", "nbest": 3}, 400, "nbest=3 is more than beam_size=2"),
+    ({"text": "a" * 30, "alpha": [0.6] * 100}, 413, "over the server's limit of 400 bytes"),
+    ({"text": "explode"}, 500, "decoding failed: RuntimeError: the engine exploded"),
+]
+
+
+@pytest.mark.parametrize("body, status, reason", BAD, ids=[r for _, _, r in BAD])
+def test_each_bad_request_gets_its_status_and_one_line_and_the_server_stays_up(
+    fake_server, body, status, reason
+):
+    url, _ = fake_server
+    got, answer = request(url, "POST", "/translate", body)
+    assert got == status and list(answer) == ["error"], answer
+    assert reason in answer["error"] and "\n" not in answer["error"], answer
+    assert request(url, "GET", "/health")[0] == 200
+    assert request(url, "POST", "/translate", {"text": "ok"}) == (200, {"translations": ["OK b2"]})
+
+
+def test_a_body_over_the_limit_is_413_from_the_stream_without_content_length(fake_server):
+    url, _ = fake_server
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    chunks = [b'{"text": "' + b"a" * 300, b"b" * 300 + b'"}']
+    connection.request("POST", "/translate", iter(chunks), encode_chunked=True)  # no length
+    response = connection.getresponse()
+    assert response.status == 413 and "400 bytes" in json.loads(response.read())["error"]
+    connection.close()
+    assert request(url, "GET", "/health")[0] == 200
+
+
+def test_unknown_routes_and_methods_answer_one_line(fake_server):
+    url, _ = fake_server
+    assert request(url, "GET", "/nothing") == (404, {"error": "Not Found"})
+    assert request(url, "GET", "/translate") == (405, {"error": "Method Not Allowed"})
+
+
+def test_concurrent_requests_are_decoded_as_one_batch_in_order():
+    engine = FakeEngine()
+    app = create_app(engine, limits=LIMITS, window_s=2.0, max_sentences=12)  # 12 lines: full
+    server = start_in_thread(app)
+    try:
+        wait_healthy(server.url)
+        answers = [None] * 6
+
+        def client(i):
+            answers[i] = request(server.url, "POST", "/translate", {"text": [f"s{i}", f"t{i}"]})
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert answers == [(200, {"translations": [f"S{i} b2", f"T{i} b2"]}) for i in range(6)]
+        assert len(engine.calls) == 1 and sorted(engine.calls[0]) == sorted(
+            f"{c}{i}" for i in range(6) for c in "st"
+        )
+        health = request(server.url, "GET", "/health")[1]
+        assert (health["batches"], health["batched_sentences"]) == (1, 12)
+    finally:
+        server.stop()
+
+
+# --- a real Translator -------------------------------------------------------------------
+
+WORDS = "go i lost he is calm home . ! va j'ai perdu il est calme chez moi".split()
+
+
+@pytest.fixture(scope="module")
+def translator():
+    tokenizer = WordTokenizer([*SPECIAL_TOKENS, *WORDS])
+    cfg = tiny_config(tokenizer.vocab_size, tokenizer.vocab_size, max_len=32)
+    return Translator.from_params(
+        cfg, random_params(cfg, seed=4), tokenizer, tokenizer, max_decode_len=8
+    )
+
+
+def test_a_real_translator_over_http_matches_it_called_directly(translator):
+    engine = JaxEngine(translator, text="data")
+    server = start_in_thread(create_app(engine, limits=Limits(), window_s=0.01, max_sentences=8))
+    try:
+        health = wait_healthy(server.url, timeout=300)  # warm-up compiled the programs
+        assert health["defaults"]["beam_size"] == 1
+        lines = ["go .", "i lost .", "he is calm !", "go home ."]
+        for options in ({}, {"beam_size": 3, "alpha": 0.0}):
+            status, answer = request(server.url, "POST", "/translate", {"text": lines, **options})
+            direct = translator.translate(lines, **options)
+            assert status == 200 and answer == {"translations": direct}, answer
+        # A merged batch gives each request what it gets alone.
+        answers = [None] * 4
+
+        def client(i):
+            answers[i] = request(server.url, "POST", "/translate", {"text": lines[i]})
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert answers == [(200, {"translations": [t]}) for t in translator.translate(lines)]
+    finally:
+        server.stop()
+
+
+def test_the_engine_options_start_from_the_servers_defaults(translator):
+    engine = JaxEngine(translator, beam_size=3, alpha=0.2, max_decode_len=6)
+    assert engine.default_options == DecodeOptions(beam_size=3, alpha=0.2)
+    assert engine.translator.settings["max_decode_len"] == 6
+    assert engine.options({"beam_size": 1}) == DecodeOptions(beam_size=1, alpha=0.2)
+
+
+# --- the launcher --------------------------------------------------------------------------
+
+
+def _start(args, env=None):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "experiments.serve", *args],
+        cwd=REPO,
+        env=env or subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process
+
+
+def test_the_launcher_without_fastapi_says_how_to_install_it(tmp_path):
+    code = (
+        "import sys, runpy; sys.modules['fastapi'] = None; "
+        f"sys.argv = ['serve', '--workdir={tmp_path}']; "
+        "runpy.run_module('experiments.serve', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (fatal,) = [line for line in result.stderr.splitlines() if line.startswith("FATAL: ")]
+    assert "pip install 'transformer_jax[serve]'" in fatal
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The tiny runlocal model trained 2 steps on 500 pairs."""
+    from tests.tiny_run import tiny_config as tiny_run_config
+    from transformer_jax.training import train_and_evaluate
+
+    path = tmp_path_factory.mktemp("serve_run")
+    train_and_evaluate(tiny_run_config(2), path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
+def test_the_launcher_serves_a_trained_run_and_stops_on_ctrl_c(workdir):
+    process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=4"])
+    try:
+        url = None
+        for line in process.stderr:
+            found = re.search(r"Serving on (http://\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "the server never said where it listens"
+        threading.Thread(target=process.stderr.read, daemon=True).start()
+        health = wait_healthy(url, timeout=300)
+        assert health["engine"] == "jax" and health["step"] == 2
+        status, answer = request(url, "POST", "/translate", {"text": ["Go.", "I lost."]})
+        assert status == 200 and len(answer["translations"]) == 2, answer
+        assert all(isinstance(t, str) for t in answer["translations"])
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

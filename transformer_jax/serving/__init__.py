@@ -1,0 +1,16 @@
+"""Serving translations over HTTP: `python -m experiments.serve --workdir=runs/fra_eng`.
+
+- `requests`: what a `POST /translate` body may hold (`parse_translate`, `Limits`,
+  `RequestError`: an HTTP status and a one-line reason).
+- `batcher`: the dynamic batcher (requests of a few milliseconds decoded as one batch).
+- `engines`: the JAX `Translator` or a CTranslate2 export behind the server, and its warm-up.
+- `app`: the FastAPI app and how uvicorn runs it (the optional `[serve]` extra: import it
+  only where FastAPI is installed).
+
+Nothing here imports FastAPI except `app`.
+"""
+
+from transformer_jax.serving.batcher import Batcher
+from transformer_jax.serving.requests import Limits, RequestError, parse_translate
+
+__all__ = ["Batcher", "Limits", "RequestError", "parse_translate"]

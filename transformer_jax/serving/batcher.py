@@ -1,0 +1,151 @@
+"""Dynamic batching: requests that arrive within a few milliseconds are decoded as one batch.
+
+    batcher = Batcher(engine.translate, window_s=0.005, max_sentences=64)
+    future = batcher.submit(["go .", "i lost ."], options)   # from any thread
+    future.result()                                           # one result per sentence, in order
+    batcher.close()
+
+One worker thread owns the engine, so the model is only ever called from one thread. It
+waits for a request, then keeps taking requests until `window_s` has passed since that first
+one or `max_sentences` sentences are waiting; requests with equal options (a hashable value,
+e.g. `decoding.options.DecodeOptions`) are merged into one `translate(lines, options)` call of
+at most `max_sentences` lines (a request larger than that alone is one call), and each
+request's results are cut back out, in its order. Under load the window rarely matters:
+requests queue while a batch decodes, and the next gather takes them all at once.
+
+Decoding a batch of 64 sentences takes a few times longer than one sentence (the model
+runs as one padded batch; benchmarks/README.md, "Serving"), which is where the throughput of
+many concurrent clients comes from. An exception in one call is set on the futures of that
+call's requests only (a merged call that fails is retried request by request, so one bad
+request fails alone); the worker goes on with the next batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+# engine.translate(lines, options) -> one result per line, in order.
+TranslateFn = Callable[[list[str], Any], Sequence[Any]]
+
+
+@dataclasses.dataclass
+class _Request:
+    lines: list[str]
+    options: Hashable
+    future: Future
+    mergeable: bool = True
+
+
+class Batcher:
+    """A queue and one worker thread that merges concurrent requests into engine calls.
+
+    window_s: how long the worker keeps gathering after the first request of a batch.
+    max_sentences: most lines per engine call (a larger request is one call on its own).
+    calls, sentences: engine calls made so far and the lines they decoded (their ratio is
+    the mean batch: `/health` reports both).
+    """
+
+    def __init__(self, translate: TranslateFn, *, window_s: float, max_sentences: int):
+        if window_s < 0:
+            raise ValueError(f"the batch window must be >= 0 seconds, got {window_s}.")
+        if max_sentences < 1:
+            raise ValueError(f"max_sentences must be >= 1, got {max_sentences}.")
+        self._translate = translate
+        self.window_s = window_s
+        self.max_sentences = max_sentences
+        self.calls = 0
+        self.sentences = 0
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="batcher", daemon=True)
+        self._worker.start()
+
+    def submit(self, lines: Sequence[str], options: Hashable, *, mergeable: bool = True) -> Future:
+        """Queues `lines` for translation with `options`; the future's result is the list of
+        their results, in order (or the engine's exception). mergeable=False: decoded in a
+        call of its own (options that hold something per line, e.g. a prefix each)."""
+        if self._closed:
+            raise RuntimeError("the batcher is closed.")
+        future: Future = Future()
+        self._queue.put(_Request(list(lines), options, future, mergeable))
+        return future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stops the worker after the requests already queued; waits up to `timeout` s."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+        self._worker.join(timeout)
+
+    # --- the worker ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, stop = self._gather(first)
+            for group in _groups(batch, self.max_sentences):
+                self._decode(group)
+            if stop:
+                return
+
+    def _gather(self, first: _Request) -> tuple[list[_Request], bool]:
+        """`first` and the requests that arrive within the window, up to max_sentences lines;
+        True if the batcher was closed meanwhile."""
+        batch, count = [first], len(first.lines)
+        deadline = time.monotonic() + self.window_s
+        while count < self.max_sentences:
+            try:
+                wait = deadline - time.monotonic()
+                request = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if request is None:
+                return batch, True
+            batch.append(request)
+            count += len(request.lines)
+        return batch, False
+
+    def _decode(self, group: list[_Request]) -> None:
+        """One engine call for requests with equal options; results cut back per request. If
+        a merged call fails, each request is decoded alone, so that only a request that fails
+        on its own gets the error."""
+        lines = [line for request in group for line in request.lines]
+        self.calls += 1
+        self.sentences += len(lines)
+        try:
+            results = list(self._translate(lines, group[0].options))
+            if len(results) != len(lines):
+                raise RuntimeError(f"the engine returned {len(results)} results for {len(lines)}.")
+        except Exception as error:  # answered to these requests; the worker lives on
+            if len(group) > 1:
+                for request in group:
+                    self._decode([request])
+            else:
+                group[0].future.set_exception(error)
+            return
+        start = 0
+        for request in group:
+            request.future.set_result(results[start : start + len(request.lines)])
+            start += len(request.lines)
+
+
+def _groups(batch: list[_Request], max_sentences: int) -> list[list[_Request]]:
+    """The requests by equal options (first arrival first), each group cut into runs of at
+    most `max_sentences` lines (a larger request alone)."""
+    by_options: dict[Hashable, list[list[_Request]]] = {}
+    for request in batch:
+        key = request.options if request.mergeable else object()  # an unmergeable one: alone
+        runs = by_options.setdefault(key, [[]])
+        run = runs[-1]
+        if run and sum(len(r.lines) for r in run) + len(request.lines) > max_sentences:
+            runs.append(run := [])
+        run.append(request)
+    return [run for runs in by_options.values() for run in runs]

@@ -1,0 +1,184 @@
+"""The models a server decodes with: one object with `options`, `translate` and `warm_up`.
+
+    engine = JaxEngine(Translator.from_workdir("runs/fra_eng"))     # or CTranslate2Engine(dir)
+    options = engine.options({"beam_size": 4, "nbest": 2})         # DecodeOptions, validated
+    engine.translate(["go .", "i lost ."], options)
+    # -> [[{"text": "Va !", "score": -0.4, "log_prob": -0.5}, {...}], [...]]
+    engine.warm_up(max_sentences=64)                # compile what a batch of <= 64 will use
+
+`translate(lines, options)` takes raw text, as `experiments.translate` does: prepared as the
+run's data (`Translator.prepare`) and returned as text to read (`text="natural"`) or as the
+model wrote it (`"data"`): per line its hypotheses, best first (`options.nbest` of them),
+each `{"text", "score", "log_prob"}` (`decoding.options.Hypotheses`). `options(given)` puts a
+request's options over the engine's defaults (the server's decoding flags, else the run's).
+
+Warm-up: each padded batch shape is one XLA program, compiled on first use (seconds on a
+CPU, `decoding.batch_decode`), so a server compiles before it answers `/health` with 200:
+every row count a merged batch of up to `max_sentences` lines pads to (1, 2, 4, ..., the
+decode batch size) at every program width of sources up to the run's training length
+(16 and 64 for fra_eng), for the default options. Requests with other options compile their
+own programs on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
+from transformer_jax.decoding.options import DecodeOptions
+from transformer_jax.evaluation.translate_cli import check_format, format_lines
+from transformer_jax.export.ct2_translate import load_truecaser, read_manifest, translate_lines
+from transformer_jax.inference import Translator, encode_sources
+from transformer_jax.serving.requests import RequestError, decode_options
+
+Hypothesis = dict[str, Any]  # {"text": str, "score": float, "log_prob": float}
+
+
+class JaxEngine:
+    """A `Translator` (JAX) behind the server: its settings are the defaults of a request."""
+
+    name = "jax"
+
+    def __init__(self, translator: Translator, *, text: str = "natural", **defaults: Any):
+        """`defaults`: decoding settings that replace the run's (None: the run's), e.g. the
+        server's --beam_size; `DecodeOptions` fields and `Translator` settings alike."""
+        check_format("plain", text)
+        given = {k: v for k, v in defaults.items() if v is not None}
+        names = DecodeOptions.field_names()
+        settings = {**translator.settings, **{k: v for k, v in given.items() if k not in names}}
+        self.translator = dataclasses.replace(translator, settings=settings)
+        self.text = text
+        self.default_options = decode_options(settings, {k: given[k] for k in given if k in names})
+
+    def options(self, given: dict[str, Any]) -> DecodeOptions:
+        """A request's options over this engine's defaults; RequestError(400) if invalid."""
+        return decode_options(dataclasses.asdict(self.default_options), given)
+
+    def describe(self) -> dict[str, Any]:
+        """What `/health` reports: the engine, the checkpoint step, the default options."""
+        options = dataclasses.asdict(self.default_options)
+        return {"engine": self.name, "step": self.translator.step, "defaults": options}
+
+    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[list[Hypothesis]]:
+        translator = self.translator
+        prepared = [translator.prepare(line) for line in lines]
+        natural = translator.natural if self.text == "natural" else None
+        if not hasattr(translator, "translate_options"):  # until translate_options lands
+            if options != DecodeOptions(beam_size=options.beam_size, alpha=options.alpha):
+                raise ValueError("this build decodes with beam_size and alpha only.")
+            out = translator.translate_detailed(
+                prepared, warn=False, beam_size=options.beam_size, alpha=options.alpha
+            )
+            return [[{"text": t}] for t in format_lines(lines, out.texts, "plain", natural)]
+        results = translator.translate_options(prepared, options)
+        out: list[list[Hypothesis]] = [[] for _ in lines]
+        for rank in range(max(len(h.texts) for h in results)):
+            rows = [i for i, h in enumerate(results) if rank < len(h.texts)]
+            texts = format_lines(
+                [lines[i] for i in rows], [results[i].texts[rank] for i in rows], "plain", natural
+            )
+            for i, text in zip(rows, texts, strict=True):
+                h = results[i]
+                out[i].append(
+                    {"text": text, "score": h.scores[rank], "log_prob": h.log_probs[rank]}
+                )
+        return out
+
+    def warm_up(self, max_sentences: int) -> int:
+        """Compiles the programs of batches of up to `max_sentences` lines with the default
+        options (module docstring); returns the number of batches decoded."""
+        batch_size = self.translator.settings["batch_size"]
+        counts = row_counts(min(max_sentences, batch_size))
+        done = 0
+        for sentence in self._warm_up_sentences():
+            for count in counts:
+                self.translate([sentence] * count, self.default_options)
+                done += 1
+        return done
+
+    def _warm_up_sentences(self) -> list[str]:
+        """One sentence per program width up to the trained length: the first alphabetic
+        word of the source vocabulary repeated (so no sentence end cuts it)."""
+        translator = self.translator
+        tokenizer = translator.src_tokenizer
+        word = next(
+            (
+                w
+                for w in (tokenizer.decode([i]).strip() for i in range(tokenizer.vocab_size))
+                if w.isalpha()
+            ),
+            None,
+        )
+        if word is None:
+            return []
+        limit = translator.model_config.position_limit
+        longest = translator.settings.get("trained_len") or FIRST_WIDTH
+        sentences, below, width = [], 0, FIRST_WIDTH
+        while True:
+            width = min(width, limit) if limit else width
+            sentence = " ".join([word] * max(1, below))  # below + 1 tokens or more, with <eos>
+            ids = encode_sources(tokenizer, [translator.prepare(sentence)], warn=False).ids[0]
+            if below < len(ids) <= width:
+                sentences.append(sentence)
+            if width >= longest or (limit and width >= limit):
+                return sentences
+            below, width = width, width * WIDTH_FACTOR
+
+
+class CTranslate2Engine:
+    """A CTranslate2 export (`experiments.export --format=ctranslate2`) behind the server:
+    no JAX, no compilation. Decodes with beam_size and alpha (defaults: the run's, from the
+    export's `export.json`); the best hypothesis only."""
+
+    name = "ctranslate2"
+
+    def __init__(
+        self, model_dir: str | Path, *, text: str = "natural", intra_threads: int = 0, **defaults
+    ):
+        import ctranslate2  # only this engine needs it (pinned in requirements.txt)
+
+        check_format("plain", text)
+        self.model_dir = Path(model_dir)
+        manifest = read_manifest(model_dir)
+        recorded = {k: v for k, v in manifest.get("decoding", {}).items() if v is not None}
+        self._settings = {k: v for k, v in defaults.items() if v is not None}
+        self.default_options = decode_options({**recorded, **self._settings}, {})
+        self._translator = ctranslate2.Translator(
+            str(model_dir), device="cpu", intra_threads=intra_threads
+        )
+        truecaser = load_truecaser(model_dir) if text == "natural" else None
+        self._natural = truecaser.natural if truecaser is not None else None
+
+    def options(self, given: dict[str, Any]) -> DecodeOptions:
+        options = decode_options(dataclasses.asdict(self.default_options), given)
+        if options != DecodeOptions(beam_size=options.beam_size, alpha=options.alpha):
+            raise RequestError(400, "the ctranslate2 engine takes beam_size and alpha only.")
+        return options
+
+    def describe(self) -> dict[str, Any]:
+        options = dataclasses.asdict(self.default_options)
+        return {"engine": self.name, "model_dir": str(self.model_dir), "defaults": options}
+
+    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[list[Hypothesis]]:
+        settings = {**self._settings, "beam_size": options.beam_size, "alpha": options.alpha}
+        texts = translate_lines(self.model_dir, lines, translator=self._translator, **settings)
+        return [[{"text": t}] for t in format_lines(lines, texts, "plain", self._natural)]
+
+    def warm_up(self, max_sentences: int) -> int:
+        del max_sentences  # nothing to compile: one call loads what the first one would
+        self.translate(["go ."], self.default_options)
+        return 1
+
+
+def row_counts(max_rows: int) -> list[int]:
+    """The row counts batches of 1..max_rows sentences pad to: the powers of two below
+    `max_rows`, and `max_rows` (`decoding.batch_decode`: a call of fewer sentences than the
+    batch size pads to a power of two, a full one to the batch size)."""
+    counts, n = [], 1
+    while n < max_rows:
+        counts.append(n)
+        n *= 2
+    return [*counts, max_rows]
