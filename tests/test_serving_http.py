@@ -236,6 +236,42 @@ def test_a_real_translator_over_http_matches_it_called_directly(translator):
         server.stop()
 
 
+def test_nbest_sampling_and_prefix_over_http_match_translate_options(translator):
+    engine = JaxEngine(translator, text="data")
+    app = create_app(engine, limits=Limits(), window_s=0.001, max_sentences=8, warm_up=False)
+    server = start_in_thread(app)
+    try:
+        wait_healthy(server.url)
+        lines = ["go .", "i lost ."]
+        for options in (
+            {"beam_size": 3, "nbest": 2},
+            {"temperature": 1.0, "seed": 3, "nbest": 2},
+            {"prefix": "va", "beam_size": 2},
+        ):
+            status, answer = request(server.url, "POST", "/translate", {"text": lines, **options})
+            assert status == 200, answer
+            direct = translator.translate_options(lines, options)
+            assert answer["translations"] == [h.texts[0] for h in direct], options
+            if options.get("nbest", 1) > 1:
+                assert answer["nbest"] == [
+                    [
+                        {"text": t, "score": s, "log_prob": p}
+                        for t, s, p in zip(h.texts, h.scores, h.log_probs, strict=True)
+                    ]
+                    for h in direct
+                ]
+            else:
+                assert "nbest" not in answer
+        status, answer = request(server.url, "POST", "/translate", {"text": lines, "prefix": "va"})
+        assert all(t.startswith("va") for t in answer["translations"]), answer
+        status, answer = request(
+            server.url, "POST", "/translate", {"text": lines, "prefix": ["va", None]}
+        )
+        assert status == 200 and answer["translations"][0].startswith("va"), answer
+    finally:
+        server.stop()
+
+
 def test_the_engine_options_start_from_the_servers_defaults(translator):
     engine = JaxEngine(translator, beam_size=3, alpha=0.2, max_decode_len=6)
     assert engine.default_options == DecodeOptions(beam_size=3, alpha=0.2)

@@ -9,7 +9,8 @@
 `translate(lines, options)` takes raw text, as `experiments.translate` does: prepared as the
 run's data (`Translator.prepare`) and returned as text to read (`text="natural"`) or as the
 model wrote it (`"data"`): per line its hypotheses, best first (`options.nbest` of them),
-each `{"text", "score", "log_prob"}` (`decoding.options.Hypotheses`). `options(given)` puts a
+each `{"text", "score", "log_prob"}` (`decoding.options.Hypotheses`; `{"text"}` alone for
+plain search, which takes `decode_ids`' faster path without scores). `options(given)` puts a
 request's options over the engine's defaults (the server's decoding flags, else the run's).
 
 Warm-up: each padded batch shape is one XLA program, compiled on first use (seconds on a
@@ -35,6 +36,7 @@ from transformer_jax.inference import Translator, encode_sources
 from transformer_jax.serving.requests import RequestError, decode_options
 
 Hypothesis = dict[str, Any]  # {"text": str, "score": float, "log_prob": float}
+_PLAIN = DecodeOptions()  # the option values that ask for nothing beyond beam_size and alpha
 
 
 class JaxEngine:
@@ -66,26 +68,27 @@ class JaxEngine:
         translator = self.translator
         prepared = [translator.prepare(line) for line in lines]
         natural = translator.natural if self.text == "natural" else None
-        if not hasattr(translator, "translate_options"):  # until translate_options lands
-            if options != DecodeOptions(beam_size=options.beam_size, alpha=options.alpha):
-                raise ValueError("this build decodes with beam_size and alpha only.")
-            out = translator.translate_detailed(
-                prepared, warn=False, beam_size=options.beam_size, alpha=options.alpha
-            )
+        # Only the options that differ from plain search: beam_size and alpha alone take the
+        # fast path (`decode_ids`, the best hypothesis, no scores), as translate does.
+        chosen = {
+            k: v
+            for k, v in dataclasses.asdict(options).items()
+            if k in ("beam_size", "alpha") or v != getattr(_PLAIN, k)
+        }
+        out = translator.translate_detailed(prepared, warn=False, **chosen)
+        if out.hypotheses is None:
             return [[{"text": t}] for t in format_lines(lines, out.texts, "plain", natural)]
-        results = translator.translate_options(prepared, options)
-        out: list[list[Hypothesis]] = [[] for _ in lines]
-        for rank in range(max(len(h.texts) for h in results)):
-            rows = [i for i, h in enumerate(results) if rank < len(h.texts)]
-            texts = format_lines(
-                [lines[i] for i in rows], [results[i].texts[rank] for i in rows], "plain", natural
-            )
-            for i, text in zip(rows, texts, strict=True):
-                h = results[i]
-                out[i].append(
+        results: list[list[Hypothesis]] = [[] for _ in lines]
+        for rank in range(max(len(h.texts) for h in out.hypotheses)):
+            rows = [i for i, h in enumerate(out.hypotheses) if rank < len(h.texts)]
+            texts = [out.hypotheses[i].texts[rank] for i in rows]
+            formatted = format_lines([lines[i] for i in rows], texts, "plain", natural)
+            for i, text in zip(rows, formatted, strict=True):
+                h = out.hypotheses[i]
+                results[i].append(
                     {"text": text, "score": h.scores[rank], "log_prob": h.log_probs[rank]}
                 )
-        return out
+        return results
 
     def warm_up(self, max_sentences: int) -> int:
         """Compiles the programs of batches of up to `max_sentences` lines with the default
