@@ -20,7 +20,13 @@ from absl import app, flags, logging
 from transformer_jax import launch, sweeps
 
 flags.DEFINE_string("config", None, "Config file with get_hyper, e.g. configs/fra_eng.py:d2l.")
-flags.DEFINE_string("sweep", None, "Name of the sweep defined by the config's get_hyper.")
+flags.DEFINE_string(
+    "sweep",
+    None,
+    "Name of the sweep defined by the config's get_hyper; the shipped configs': "
+    + "; ".join(f"{c}: {', '.join(names)}" for c, names in sweeps.shipped_sweeps().items())
+    + ".",
+)
 flags.DEFINE_string(
     "sweep_dir", None, "Directory holding one workdir per point (default: runs/sweeps/...)."
 )

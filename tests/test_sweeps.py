@@ -79,6 +79,16 @@ def test_unknown_sweep_and_unknown_key_are_reported(config_file, tmp_path):
         sweeps.sweep_points(str(config_file), "bad_key", tmp_path)
 
 
+def test_a_sweep_name_typo_gets_a_suggestion_and_the_shipped_sweeps_are_listed(config_file):
+    with pytest.raises(ValueError, match=r"Unknown sweep 'grd' \(did you mean 'grid'\?\)"):
+        sweeps.sweep_points(str(config_file), "grd", config_file.parent)
+    from configs import fra_eng
+
+    assert sweeps.shipped_sweeps() == {"fra_eng": fra_eng.SWEEPS}
+    for name in fra_eng.SWEEPS:  # each listed name is one get_hyper defines
+        assert fra_eng.get_hyper(sweeps.hyper, name)
+
+
 def test_dry_run_prints_and_runs_nothing(config_file, tmp_path):
     points = sweeps.sweep_points(str(config_file), "grid", tmp_path / "s")
     printed = []
@@ -168,6 +178,9 @@ def test_failed_point_is_recorded_the_rest_continue_and_a_rerun_retries_it(confi
     assert [p.name for p in points if not p.done] == [bad]
     error = f"exit 2: FATAL: {bad} diverged | badly second line"
     assert points[1].failure == error and f"{bad}: FAILED: {error}" in logged[-3]
+    # Each point says where its output goes before it runs.
+    log_file = points[0].workdir / sweeps.runner.LOG_FILE
+    assert logged[0].startswith(f"[1/4] {points[0].name} (log: {log_file}): ")
     rows = sweeps.gather(points, tmp_path / "s")
     assert [r["status"] for r in rows] == ["done", f"FAILED: {error}", "done", "done"]
     table = (tmp_path / "s" / "results.md").read_text()
@@ -334,6 +347,12 @@ def test_cli_dry_run_validates_and_prints_commands_in_the_default_folder(tmp_pat
     (fatal,) = [line for line in bad.stderr.splitlines() if line.startswith("FATAL:")]
     assert fatal == "FATAL: 2 of 2 sweep point configs are invalid (nothing was run):"
     assert "norm_placement=pre: learning_rate=-1" in bad.stderr
+    typo = _sweep_cli(tmp_path, "--sweep=placment", "--dry_run")
+    assert typo.returncode == 2 and "(did you mean 'placement'?)" in typo.stderr
+    helped = _sweep_cli(tmp_path, "--help")  # the shipped configs' sweeps are listed
+    assert helped.returncode == 0 and "fra_eng: norm_x_attention, norm_placement" in " ".join(
+        helped.stdout.split()
+    )
 
 
 def test_cli_failed_point_is_marked_and_the_sweep_exits_non_zero(tmp_path):

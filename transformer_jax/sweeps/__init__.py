@@ -10,6 +10,7 @@ from transformer_jax.sweeps.runner import (
     default_sweep_dir,
     point_name,
     run_sweep,
+    shipped_sweeps,
     sweep_points,
     validate_points,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "point_name",
     "point_row",
     "run_sweep",
+    "shipped_sweeps",
     "sweep_points",
     "validate_points",
 ]

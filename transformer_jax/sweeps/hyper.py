@@ -14,6 +14,7 @@ A sweep is a list of points; a point is a dict of config overrides keyed by dott
 from __future__ import annotations
 
 import builtins
+import difflib
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +49,9 @@ def zip(sweeps: Sequence[list[Point]]) -> list[Point]:  # noqa: A001 - mirrors b
 
 def unknown(name: str, known: Sequence[str]) -> ValueError:
     """The error to raise for a sweep name the config file does not define."""
-    return ValueError(f"Unknown sweep {name!r}; this config defines: {', '.join(known)}.")
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ValueError(f"Unknown sweep {name!r}{hint}; this config defines: {', '.join(known)}.")
 
 
 def _merge(parts: Sequence[Point]) -> Point:

@@ -17,6 +17,7 @@ line) and the sweep goes on with the next; re-running retries it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
@@ -34,6 +35,7 @@ from transformer_jax.data.config import REPO_ROOT, is_source_checkout
 from transformer_jax.sweeps import hyper
 from transformer_jax.training.config import ConfigError, validate_config
 from transformer_jax.training.config_files import (
+    SHIPPED_CONFIGS,
     load_config_module,
     resolve_config,
     resolve_config_path,
@@ -237,7 +239,7 @@ def run_sweep(
         if point.done:
             log(f"[{i}/{len(points)}] {point.name}: finished with this config, skipped")
             continue
-        log(f"[{i}/{len(points)}] {point.name}: {line}")
+        log(f"[{i}/{len(points)}] {point.name} (log: {point.workdir / LOG_FILE}): {line}")
         point.workdir.mkdir(parents=True, exist_ok=True)
         (point.workdir / FAILED_FILE).unlink(missing_ok=True)
         start = time.time()
@@ -273,6 +275,22 @@ def run_training_process(point: SweepPoint, log_path: Path, timeout: float | Non
             f.seek(start)
             last = _last_line(f.read())
         raise PointFailed(f"exit {result.returncode}: {last or 'no output'} (log: {log_path})")
+
+
+def shipped_sweeps() -> dict[str, tuple[str, ...]]:
+    """The sweep names of each shipped config with a `get_hyper`, by config name, from its
+    `SWEEPS` tuple (read from the source, nothing run): e.g. for `experiments.sweep --help`."""
+    out = {}
+    for path in sorted(SHIPPED_CONFIGS.glob("*.py")):
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "get_hyper" for n in body):
+            continue
+        for node in body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+                "SWEEPS"
+            ]:
+                out[path.stem] = tuple(ast.literal_eval(node.value))
+    return out
 
 
 def point_name(overrides: dict[str, Any]) -> str:
