@@ -76,7 +76,7 @@ def main(argv: list[str]) -> None:
             raise ValueError("--max_batch_sentences must be >= 1 and --batch_window_ms >= 0.")
         engine = _engine()
         sock = bind(FLAGS.host, FLAGS.port)
-    except (OSError, ValueError) as error:
+    except (ImportError, OSError, ValueError) as error:  # ImportError: the [export] extra
         launch.fatal(str(error))
     failures: list[str] = []
 

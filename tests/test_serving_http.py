@@ -326,6 +326,32 @@ def workdir(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
+def test_the_ctranslate2_engine_over_http_matches_translate_lines(workdir, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from transformer_jax.export import convert, load_trained
+    from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
+    from transformer_jax.serving.engines import CTranslate2Engine
+
+    convert(load_trained(workdir), tmp_path / "ct2")
+    engine = CTranslate2Engine(tmp_path / "ct2", beam_size=2)
+    server = start_in_thread(create_app(engine, limits=Limits(), window_s=0.01, max_sentences=8))
+    try:
+        assert wait_healthy(server.url)["engine"] == "ctranslate2"
+        lines = ["Go.", "I lost.", "He is calm."]
+        status, answer = request(server.url, "POST", "/translate", {"text": lines})
+        texts = translate_lines(tmp_path / "ct2", lines, beam_size=2)
+        natural = load_truecaser(tmp_path / "ct2").natural
+        assert status == 200 and answer == {
+            "translations": [natural(t, s) for t, s in zip(texts, lines, strict=True)]
+        }
+        status, answer = request(server.url, "POST", "/translate", {"text": "Go.", "nbest": 2})
+        assert status == 400 and "beam_size and alpha only" in answer["error"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
 def test_the_launcher_serves_a_trained_run_and_stops_on_ctrl_c(workdir):
     process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=4"])
     try:

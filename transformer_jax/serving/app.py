@@ -1,7 +1,7 @@
 """The HTTP/JSON server: a FastAPI app over one engine and one dynamic batcher, run by uvicorn.
 
     app = create_app(JaxEngine(translator), limits=Limits(), window_s=0.005, max_sentences=64)
-    serve(app, host="127.0.0.1", port=8000)              # blocks; Ctrl-C stops it
+    serve(app, bind("127.0.0.1", 8000))                  # blocks; Ctrl-C stops it
     server = start_in_thread(app, "127.0.0.1", 0)        # tests: a real server, its own port
     server.url; server.stop()
 
@@ -114,6 +114,8 @@ def create_app(
     @app.post("/translate")
     async def translate(request: Request) -> JSONResponse:
         if state.batcher is None:
+            if state.status == "failed":
+                return _error(500, state.error)
             return _error(503, "the model is still loading; retry once GET /health answers 200.")
         try:
             body = await read_body(request, limits.max_body_bytes)

@@ -32,6 +32,7 @@ from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
 from transformer_jax.export.ct2_translate import load_truecaser, read_manifest, translate_lines
+from transformer_jax.export.extras import import_extra
 from transformer_jax.inference import Translator, encode_sources
 from transformer_jax.serving.requests import RequestError, decode_options
 
@@ -141,8 +142,8 @@ class CTranslate2Engine:
     def __init__(
         self, model_dir: str | Path, *, text: str = "natural", intra_threads: int = 0, **defaults
     ):
-        import ctranslate2  # only this engine needs it (pinned in requirements.txt)
-
+        # The [export] extra's library (a MissingExtraError names the install command).
+        ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
         check_format("plain", text)
         self.model_dir = Path(model_dir)
         manifest = read_manifest(model_dir)
