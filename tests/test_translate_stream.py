@@ -200,3 +200,24 @@ def test_no_input_no_output_and_a_bad_output_file_fails_first(workdir, tmp_path)
     # --interactive reads stdin only.
     both = translate("--interactive", "go .")
     assert both.returncode == 2 and "FATAL: --interactive reads stdin" in both.stderr
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_translate_and_evaluate_show_progress_bars(workdir, monkeypatch, capsys):
+    """On a terminal (here forced, with no delay) the decoding shows a bar on stderr; the
+    translations are the same as without one."""
+    from transformer_jax.evaluation import progress
+    from transformer_jax.evaluation.report import evaluate_translator
+    from transformer_jax.inference import Translator
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    sentences = ["go .", "i lost .", "he's calm ."]
+    notes = io.StringIO()
+    lines = translate_workdir(workdir, sentences, stderr=notes, progress=True)
+    assert "Translating" in notes.getvalue() and "3/3" in notes.getvalue(), notes.getvalue()
+    assert lines == translate_workdir(workdir, sentences, stderr=io.StringIO(), progress=False)
+    translator = Translator.from_workdir(workdir)
+    pairs = [("go .", "va !"), ("i lost .", "j'ai perdu .")]
+    evaluate_translator(translator, pairs, with_loss=False, with_speed=False, progress=True)
+    assert "Decoding" in capsys.readouterr().err

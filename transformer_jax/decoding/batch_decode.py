@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -112,6 +112,7 @@ def decode_ids(
     max_len_b: int,
     batch_size: int,
     alpha: float,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
 
@@ -121,6 +122,7 @@ def decode_ids(
     Each batch may generate `output_budget(W)` tokens, W its longest source rounded up to a
     multiple of 8 (see the module docstring). Returns one (L,) array per source (the best
     hypothesis: `<eos>` then `<pad>`), L the budget of the batch's program width.
+    `progress(done, total)` is called after each batch with the sources decoded so far.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -163,4 +165,6 @@ def decode_ids(
             tokens = tokens[:, 0]  # the best of the n-best
         for r, i in enumerate(chunk):
             out[i] = tokens[r]
+        if progress is not None:
+            progress(start + len(chunk), len(order))
     return out

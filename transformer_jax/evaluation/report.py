@@ -16,7 +16,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from transformer_jax.evaluation.bleu import (
     format_length_table,
 )
 from transformer_jax.evaluation.plots import plot_training_curves
+from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log
 from transformer_jax.training.builder import mapped_eval_step
@@ -61,12 +62,15 @@ class DecodeRun:
 
 
 def decode_sentences(
-    translator: Translator, sentences: Sequence[str], **settings: Any
+    translator: Translator,
+    sentences: Sequence[str],
+    progress: Callable[[int, int], None] | None = None,
+    **settings: Any,
 ) -> DecodeRun:
     """`translator.translate_detailed`, timed; `settings` override the translator's."""
     start = time.perf_counter()
     with compile_log.kind("decode"):
-        out = translator.translate_detailed(sentences, warn=False, **settings)
+        out = translator.translate_detailed(sentences, warn=False, progress=progress, **settings)
     return DecodeRun(out.texts, out.generated_tokens, time.perf_counter() - start)
 
 
@@ -231,6 +235,7 @@ def evaluate_translator(
     num_samples: int = 10,
     with_loss: bool = True,
     with_speed: bool = True,
+    progress: bool | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
     """Scores of a translator on text pairs (preprocessed as the split stores them).
@@ -239,11 +244,14 @@ def evaluate_translator(
     (`bleu.LENGTH_BINS` words), the book's mean sentence BLEU (k = 2, on the word tokens),
     optionally the teacher-forced loss (needs `translator.config`) and the steady-state
     decoding speed, and samples. `settings` override the translator's decoding settings.
+    A decoding longer than a few seconds shows a progress bar on a terminal's stderr
+    (`progress`: True always, False never; `evaluation.progress`).
     """
     settings = {**translator.settings, **{k: v for k, v in settings.items() if v is not None}}
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
-    run = decode_sentences(translator, sources, **settings)  # includes compilation
+    with progress_bar("Decoding", enabled=progress) as update:
+        run = decode_sentences(translator, sources, update, **settings)  # includes compilation
     detok = translator.detokenize
     hyps = [detok(h) for h in run.hypotheses]
     refs = [detok(r) for r in references]

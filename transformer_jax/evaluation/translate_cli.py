@@ -28,6 +28,7 @@ from absl import logging
 
 from transformer_jax.data.text_form import clean_text
 from transformer_jax.evaluation.plots import plot_attention
+from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import decode_lines
 from transformer_jax.inference import Translator
 from transformer_jax.inference.source_ids import unknown_words
@@ -131,6 +132,7 @@ def translate_workdir(
     translator: Translator | None = None,
     stderr: TextIO | None = None,
     first_number: int = 1,
+    progress: bool | None = None,
 ) -> list[str]:
     """Translate `sentences` with the run in `workdir`; returns one output line each.
 
@@ -144,20 +146,24 @@ def translate_workdir(
     `<unk>` (`inference.source_ids.unknown_words`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
-    the log). Notes number the sentences from `first_number` (a stream's later lines).
+    the log). Notes number the sentences from `first_number` (a stream's later lines). A
+    decoding that takes more than a few seconds shows a progress bar on `stderr` when it is a
+    terminal (`progress`: True always, False never; `evaluation.progress`).
     """
     check_format(output_format, text)
     stderr = stderr or sys.stderr
     translator = translator or Translator.from_workdir(workdir, step, average_last=average_last)
     prepared = [translator.prepare(s) for s in sentences]
-    out = translator.translate_detailed(
-        prepared,
-        warn=False,  # reported below, per line
-        beam_size=beam_size,
-        alpha=alpha,
-        max_decode_len=max_decode_len,
-        split_len=split_len,
-    )
+    with progress_bar("Translating", file=stderr, enabled=progress) as update:
+        out = translator.translate_detailed(
+            prepared,
+            warn=False,  # reported below, per line
+            progress=update,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_decode_len=max_decode_len,
+            split_len=split_len,
+        )
     for i, tokens in out.sources.long.items():
         part = " in its longest sentence" if i in out.sources.parts else ""
         print(

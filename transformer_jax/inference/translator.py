@@ -15,7 +15,7 @@ turns raw text into that.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,12 +184,18 @@ class Translator:
         return self.translate_detailed(sentences, **settings).texts
 
     def translate_detailed(
-        self, sentences: Sequence[str], *, warn: bool = True, **settings: Any
+        self,
+        sentences: Sequence[str],
+        *,
+        warn: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        **settings: Any,
     ) -> Translations:
         """`translate`, also returning the ids, the encoded sources and the token count.
 
         warn=False leaves the reporting of empty and too-long inputs to the caller
-        (`Translations.sources.empty` / `.long`).
+        (`Translations.sources.empty` / `.long`). `progress(done, total)`: called after each
+        decoding batch with the rows (sentences, or their parts) decoded so far.
         """
         options = {**self.settings, **{k: v for k, v in settings.items() if v is not None}}
         options = decode_settings(None, **options)  # rejects an unknown keyword
@@ -204,7 +210,7 @@ class Translator:
         # One decoding row per source, or per part of a source cut at sentence ends.
         owners = [i for i in range(len(sentences)) for _ in encoded.rows(i)]
         rows = [row for i in range(len(sentences)) for row in encoded.rows(i)]
-        decoded = decode_ids(self.model_config, self.params, rows, **options)
+        decoded = decode_ids(self.model_config, self.params, rows, progress=progress, **options)
         texts: list[list[str]] = [[] for _ in sentences]
         target_ids: list[list[int]] = [[] for _ in sentences]
         tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
