@@ -8,6 +8,7 @@ Cells start at `# %%` lines; `# %% [markdown]` cells hold `# `-prefixed markdown
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -55,8 +56,18 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Writes the notebook, or with --check only compares it; --help (or a mistake on the
+    command line) writes nothing."""
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.build_notebook",
+        description=f"Generate {NOTEBOOK.name} from {SOURCE.name} (writes it unless --check).",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the .ipynb is out of date; write nothing"
+    )
+    args = parser.parse_args(argv)  # --help and unknown arguments exit here
     text = render()
-    if "--check" in argv:
+    if args.check:
         current = NOTEBOOK.read_text(encoding="utf-8") if NOTEBOOK.exists() else ""
         if current != text:
             print(f"{NOTEBOOK} is out of date: run python -m experiments.build_notebook")

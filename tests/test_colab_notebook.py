@@ -55,3 +55,15 @@ def test_notebook_executes_on_cpu_with_a_tiny_config(tmp_path, monkeypatch):
     ]
     assert images, "the heatmap cell displayed no image"
     assert (tmp_path / "run" / "attention.png").stat().st_size > 5000
+
+
+def test_help_and_mistakes_write_nothing(monkeypatch, tmp_path, capsys):
+    notebook = tmp_path / "colab_tpu.ipynb"
+    monkeypatch.setattr(build_notebook, "NOTEBOOK", notebook)
+    for argv in (["--help"], ["--chek"]):
+        with pytest.raises(SystemExit) as exit_info:
+            build_notebook.main(argv)
+        assert exit_info.value.code == (0 if argv == ["--help"] else 2)
+        assert not notebook.exists(), argv
+    assert "--check" in capsys.readouterr().out
+    assert build_notebook.main([]) == 0 and notebook.is_file()  # asked: written
