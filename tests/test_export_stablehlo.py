@@ -4,14 +4,17 @@ reloads the serialised programs and reproduces our search's tokens, for two batc
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import fra_eng
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import data_config
 from transformer_jax.data.corpus import read_pairs
@@ -71,14 +74,16 @@ RELOAD = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def model() -> Translator:
-    """A random pre-norm model over small SentencePiece vocabularies of the corpus."""
+    """A random pre-norm model over small SentencePiece vocabularies of the corpus, of a
+    book-style run (fra_eng's config: the book's preprocessing, a truecaser)."""
     pairs = list(read_pairs(data_config().zip_path))[:3000]
     english = [preprocess_nmt(p.english) for p in pairs]
     french = [preprocess_nmt(p.french) for p in pairs]
     src = SentencePieceTokenizer.train(english, vocab_size=120)
     tgt = SentencePieceTokenizer.train(french, vocab_size=120)
     cfg = tiny_config(src.vocab_size, tgt.vocab_size, norm_placement="pre")
-    return Translator.from_params(cfg, random_params(cfg, seed=3), src, tgt)
+    config = fra_eng.get_config("runlocal")
+    return Translator.from_params(cfg, random_params(cfg, seed=3), src, tgt, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +152,41 @@ def test_the_ctranslate2_engine_refuses_a_stablehlo_export_in_one_line(exported)
     assert result.stderr.startswith("FATAL: ") and result.stderr.count("\n") == 1, result.stderr
     assert "holds a 'stablehlo' export, not a CTranslate2 one" in result.stderr
     assert result.stdout == ""
+
+
+def test_the_manifest_lists_exactly_the_files_the_export_ships(model, exported):
+    """Every path export.json names exists, and every file shipped is export.json or one of
+    them (a file, or a tokenizer directory). It named tokenizer/truecaser.json unwritten."""
+    manifest = json.loads((exported / "export.json").read_text())
+    assert model.book_style and manifest["book_style"]
+    named = [program["file"] for program in manifest["programs"].values()]
+    named += [manifest[side]["dir"] for side in ("source_tokenizer", "target_tokenizer")]
+    named.append(manifest["truecaser"])
+    assert all((exported / path).exists() for path in named), named
+    shipped = [p.relative_to(exported) for p in exported.rglob("*") if p.is_file()]
+    listed = [Path(path) for path in named]
+    unlisted = [
+        p for p in shipped
+        if p != Path("export.json") and not any(p == n or n in p.parents for n in listed)
+    ]  # fmt: skip
+    assert unlisted == [] and len(shipped) > len(named)
+
+
+def test_the_workspace_reload_example_translates_as_our_translator(model, exported, tmp_path):
+    """WORKSPACE.md's "Reload a StableHLO export" block, run as written in a process that
+    cannot import this package: raw text in, the same beam translations as the Translator's
+    (the export's beam size, output length and the run's α), so the doc cannot rot."""
+    doc = (REPO / "WORKSPACE.md").read_text()
+    block = re.search(r"#### Reload a StableHLO export\n.*?```python\n(.*?)```", doc, re.S)
+    assert block, "WORKSPACE.md lost its StableHLO reload example"
+    raw = ["Go.", "I lost my keys!", "He is very tall, isn't he?", "Hi."]
+    result = subprocess.run(
+        [sys.executable, "-c", block.group(1), str(exported), *raw],
+        env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True, text=True,
+        timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    prepared = [model.prepare(s) for s in raw]
+    ours = model.translate(prepared, beam_size=BEAM, max_decode_len=MAX_LEN)
+    assert result.stdout.splitlines() == [f"{s}\t{t}" for s, t in zip(raw, ours, strict=True)]
+    assert sum(bool(t) for t in ours) >= 2  # texts, not only empty rows

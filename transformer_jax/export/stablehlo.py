@@ -8,6 +8,7 @@ writes, with the parameters baked into each program as constants:
     greedy.bin   (src, src_len) -> tokens (B, L) int32
     beam.bin     (src, src_len, alpha () float32) -> tokens (B, W, L) int32, scores (B, W)
     tokenizer/source, tokenizer/target    the tokenizers (vocab.txt or spm.model)
+    tokenizer/truecaser.json              a book-style run's truecaser (natural text)
     export.json  the manifest: files, shapes, special ids, L, W, preprocessing
 
 Each program holds its own copy of the parameters (three copies on disk; fine for the
@@ -20,6 +21,9 @@ jax and numpy (and sentencepiece for a SentencePiece vocabulary), not this packa
 
     exp = jax.export.deserialize(bytearray(open("model_hlo/greedy.bin", "rb").read()))
     tokens = exp.call(src, src_len)
+
+WORKSPACE.md ("Reload a StableHLO export") has the whole program, from raw text to text
+(tests/test_export_stablehlo.py runs it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_jax.decoding import beam_decode, encode, greedy_decode
 from transformer_jax.export.ctranslate2 import (
@@ -121,6 +126,8 @@ def _write_files(
         }
     model.src_tokenizer.save(output_dir / TOKENIZER_DIR / SRC_TOKENIZER)
     model.tgt_tokenizer.save(output_dir / TOKENIZER_DIR / TGT_TOKENIZER)
+    if model.text_truecaser is not None:  # natural text, named in the manifest (run_manifest)
+        model.text_truecaser.save(output_dir / TOKENIZER_DIR / TRUECASER_FILE)
     manifest = {
         "format": "stablehlo",
         "programs": files,
