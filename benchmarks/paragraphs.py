@@ -1,12 +1,12 @@
 r"""Paragraphs: BLEU of a run on inputs of several test sentences, whole vs cut at sentence ends.
 
     python -m benchmarks.paragraphs --workdir=runs/fra_eng
-    python -m benchmarks.paragraphs --workdir=runs/fra_eng --split_lens=0,1,32 --sentences=2
+    python -m benchmarks.paragraphs --workdir=runs/fra_eng --segment_lens=0,1,32 --sentences=2
 
 Users paste paragraphs; the test split holds single pairs. This joins `--sentences` test
 pairs (drawn with a fixed seed from the whole split) into one source line and one reference
 line, `--num` times, and translates the lines with the run's `Translator` at each
-`--split_lens` value (0 = every line whole, 1 = sentence by sentence, the default; N = parts
+`--segment_lens` value (0 = every line whole, 1 = sentence by sentence, the default; N = parts
 of whole sentences of up to N tokens),
 then prints sacreBLEU / chrF on detokenised text, the source lengths, and the mean ratio of
 output to reference words (a model that stops early shows it here first).
@@ -23,7 +23,7 @@ from transformer_jax import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir (config, tokenizers, checkpoints).")
-flags.DEFINE_list("split_lens", ["0", "1", "16", "32"], "split_len values (0 = whole).")
+flags.DEFINE_list("segment_lens", ["0", "1", "16", "32"], "segment_len values (0 = whole).")
 flags.DEFINE_integer("sentences", 6, "Test pairs joined into one paragraph.")
 flags.DEFINE_integer("num", 200, "Paragraphs.")
 flags.DEFINE_integer("beam_size", None, "Default: the run's eval.beam_size.")
@@ -73,17 +73,18 @@ def main(argv: list[str]) -> None:
         f"(trained on at most {translator.settings['trained_len']})"
     )
     refs = [translator.detokenize(r) for r in references]
-    print("| split_len | BLEU | chrF | output / reference words | seconds |\n|---|---|---|---|---|")
-    for split_len in map(int, FLAGS.split_lens):
+    print("| segment_len | BLEU | chrF | output / reference words | seconds |")
+    print("|---|---|---|---|---|")
+    for segment_len in map(int, FLAGS.segment_lens):
         start = time.perf_counter()
         texts = translator.translate(
-            sources, split_len=split_len, beam_size=FLAGS.beam_size, warn=False
+            sources, segment_len=segment_len, beam_size=FLAGS.beam_size, warn=False
         )
         seconds = time.perf_counter() - start
         hyps = [translator.detokenize(t) for t in texts]
         scores = corpus_scores(hyps, refs)
         ratio = np.mean([len(h.split()) / len(r.split()) for h, r in zip(hyps, refs, strict=True)])
-        name = f"{split_len} (whole)" if split_len == 0 else str(split_len)
+        name = f"{segment_len} (whole)" if segment_len == 0 else str(segment_len)
         bleu, chrf = scores["bleu"], scores["chrf"]
         print(f"| {name} | {bleu:.2f} | {chrf:.2f} | {ratio:.2f} | {seconds:.0f} |")
 

@@ -149,7 +149,7 @@ def _main_ctranslate2(argv: list[str]) -> None:
             FLAGS.model_dir,
             sentences,
             beam_size=FLAGS.beam_size,  # None: the run's, from export.json
-            split_len=FLAGS.split_len,  # None: the run's, from export.json
+            segment_len=FLAGS.segment_len,  # None: the run's, from export.json
             length_penalty=FLAGS.alpha or 0.0,
         )
         truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None

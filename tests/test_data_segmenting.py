@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from transformer_jax.data.segmenting import (
+    cut_sentences,
     join_translations,
     pack_sentences,
     segment,
-    split_sentences,
 )
 
 
@@ -29,8 +29,8 @@ def words(text: str) -> int:
         ("  ", []),
     ],
 )
-def test_split_sentences(text, sentences):
-    assert split_sentences(text) == sentences
+def test_cut_sentences(text, sentences):
+    assert cut_sentences(text) == sentences
 
 
 def test_pack_sentences_is_greedy_and_counts_one_eos_per_part():
@@ -70,9 +70,9 @@ def test_segments_fit_the_limit_and_rejoin_to_the_input():
             assert parts == [text]
             continue
         for part in parts:
-            assert words(part) <= limit or len(split_sentences(part)) == 1
+            assert words(part) <= limit or len(cut_sentences(part)) == 1
         for left, right in zip(parts, parts[1:], strict=False):  # greedy: no two parts merge
-            first_of_right = split_sentences(right)[0]
+            first_of_right = cut_sentences(right)[0]
             assert words(left) + words(first_of_right) - 1 > limit
 
 
@@ -89,7 +89,7 @@ def test_segments_fit_the_limit_and_rejoin_to_the_input():
     ],
 )
 def test_abbreviations_and_initials_do_not_end_sentences(text, sentences):
-    assert split_sentences(text) == sentences
+    assert cut_sentences(text) == sentences
 
 
 def test_join_translations_leaves_no_gap_for_an_empty_part():

@@ -210,7 +210,7 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     manifest_path = tmp_path / "ct2" / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     assert manifest["decoding"]["beam_size"] == 1
-    assert manifest["decoding"]["split_len"] == 1  # the run's eval.split_len
+    assert manifest["decoding"]["segment_len"] == 1  # the run's eval.segment_len
     manifest["decoding"]["beam_size"] = 4
     manifest_path.write_text(json.dumps(manifest))
     run_default = translate_lines(tmp_path / "ct2", sentences, translator=translator)

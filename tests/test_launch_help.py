@@ -65,7 +65,7 @@ def test_help_lists_the_launchers_flags_and_exits_0(launcher, form):
 def test_help_lists_the_shared_decoding_flags():
     proc = _help(["-c", "from experiments.evaluate import run; run()", "--help"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for name in ("workdir", "step", "average_last", "beam_size", "alpha", "split_len"):
+    for name in ("workdir", "step", "average_last", "beam_size", "alpha", "segment_len"):
         assert f"  --{name}:" in proc.stdout, name
 
 

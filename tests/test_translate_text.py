@@ -192,17 +192,17 @@ def test_translator_settings_come_from_the_config_and_calls_override_them(model)
     translator = Translator.from_params(cfg, params, SRC, TGT, config=config)
     assert translator.settings["beam_size"] == 3
     assert translator.settings["trained_len"] == config.data.max_src_len
-    assert translator.settings["split_len"] == 1  # eval.split_len: sentence by sentence
-    config.eval.split_len = 0
-    assert Translator.from_params(cfg, params, SRC, TGT, config=config).settings["split_len"] == 0
+    assert translator.settings["segment_len"] == 1  # eval.segment_len: sentence by sentence
+    config.eval.segment_len = 0
+    assert Translator.from_params(cfg, params, SRC, TGT, config=config).settings["segment_len"] == 0
     out = translator.translate_detailed(["go ."])
     assert len(out.tokens[0]) == 5  # the config's max_decode_len
     greedy = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=5)
     assert translator.translate(["go ."], beam_size=1) == greedy.translate(["go ."])
     with pytest.raises(TypeError, match="beam_sise.*valid ones are"):
         translator.translate(["go ."], beam_sise=2)
-    with pytest.raises(ValueError, match=r"split_len must be an integer >= 0 .*got -3"):
-        translator.translate(["go ."], split_len=-3)
+    with pytest.raises(ValueError, match=r"segment_len must be an integer >= 0 .*got -3"):
+        translator.translate(["go ."], segment_len=-3)
 
 
 def test_detailed_translation_ids_names_and_counts(model):
@@ -242,7 +242,7 @@ def test_a_paragraph_is_translated_sentence_by_sentence_by_default(model):
     """Each sentence decoded alone, the translations joined; other inputs untouched."""
     cfg, params = model
     translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=8)
-    assert translator.settings["split_len"] == 1
+    assert translator.settings["segment_len"] == 1
     out = translator.translate_detailed(["go .", PARAGRAPH])
     assert out.sources.parts == {1: [source_ids(SRC, p) for p in SENTENCES]}
     assert out.sources.ids[1] == source_ids(SRC, PARAGRAPH) and out.sources.long == {}
@@ -255,28 +255,28 @@ def test_a_paragraph_is_translated_sentence_by_sentence_by_default(model):
     assert out.generated_tokens == go.generated_tokens + alone.generated_tokens
 
 
-def test_a_larger_split_len_packs_whole_sentences_up_to_it(model):
+def test_a_larger_segment_len_packs_whole_sentences_up_to_it(model):
     cfg, params = model
     translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=8)
-    out = translator.translate_detailed([PARAGRAPH], split_len=8)
+    out = translator.translate_detailed([PARAGRAPH], segment_len=8)
     parts = ["go home . i lost !", "he's calm . i'm home .", "go . i lost home ."]
     assert out.sources.parts == {0: [source_ids(SRC, p) for p in parts]}
     assert [len(r) for r in out.sources.parts[0]] == [7, 7, 7]  # each <= 8
-    alone = translator.translate(parts, split_len=0)  # each part whole
+    alone = translator.translate(parts, segment_len=0)  # each part whole
     assert out.texts[0] == " ".join(t for t in alone if t)
 
 
-def test_split_len_zero_or_fitting_inputs_are_translated_whole(model):
+def test_segment_len_zero_or_fitting_inputs_are_translated_whole(model):
     cfg, params = model
     translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=8, trained_len=8)
     with pytest.warns(DecodingWarning, match="more than the longest the model was trained on"):
-        whole = translator.translate_detailed([PARAGRAPH], split_len=0)
+        whole = translator.translate_detailed([PARAGRAPH], segment_len=0)
     assert whole.sources.parts == {} and whole.sources.long == {0: 19}
     ids = source_ids(SRC, PARAGRAPH)
     alone = greedy_decode(cfg, params, jnp.asarray([ids]), jnp.asarray([19]), max_decode_len=8)
     np.testing.assert_array_equal(whole.tokens[0], np.asarray(alone)[0])
-    # A split_len the input fits: whole again.
-    fits = translator.translate_detailed([PARAGRAPH], split_len=19, warn=False)
+    # A segment_len the input fits: whole again.
+    fits = translator.translate_detailed([PARAGRAPH], segment_len=19, warn=False)
     assert fits.sources.parts == {} and fits.texts == whole.texts
 
 
@@ -289,8 +289,8 @@ def test_parts_fit_a_learned_position_table_that_the_whole_input_does_not(model)
     paragraph = f"{PARAGRAPH} {PARAGRAPH}"  # 37 ids
     translator = Translator.from_params(learned, params, SRC, TGT, max_decode_len=8)
     with pytest.raises(SourceTooLongError, match=r"#0 \(37 tokens\)"):
-        translator.translate([paragraph], split_len=0)
-    out = translator.translate_detailed([paragraph], split_len=16, warn=False)
+        translator.translate([paragraph], segment_len=0)
+    out = translator.translate_detailed([paragraph], segment_len=16, warn=False)
     assert len(out.sources.parts[0]) == 3 and max(map(len, out.sources.parts[0])) <= 16
     assert len(translator.translate_detailed([paragraph]).sources.parts[0]) == 12
     with pytest.raises(SourceTooLongError, match=r"#0 \(21 tokens\)"):
@@ -302,5 +302,5 @@ def test_attention_maps_of_a_paragraph_are_of_the_whole_input(model):
     translator = Translator.from_params(cfg, params, SRC, TGT, max_decode_len=8)
     maps = translator.attention_maps(PARAGRAPH)
     assert len(maps.src_tokens) == 19  # the whole input, not a part
-    whole = translator.translate_detailed([PARAGRAPH], split_len=0, warn=False)
+    whole = translator.translate_detailed([PARAGRAPH], segment_len=0, warn=False)
     assert maps.tgt_tokens == ["<bos>", *(TGT.tokens[i] for i in whole.target_ids[0])]

@@ -1,4 +1,5 @@
-"""workdir.config_renames: a config written with an old name still loads, validates, resumes."""
+"""workdir.config_renames: a config written with an old name still loads, validates, resumes
+(and an export's manifest with an old key still reads)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import sys
 
 from configs import fra_eng
 from tests.helpers import REPO, subprocess_env
+from transformer_jax.export.ct2_translate import read_manifest
+from transformer_jax.export.ctranslate2 import MANIFEST
+from transformer_jax.inference.settings import decode_settings
 from transformer_jax.training.config import validate_config
 from transformer_jax.workdir import checkpoints as ckpt
 from transformer_jax.workdir.config_renames import upgrade_saved
@@ -68,3 +72,22 @@ def test_the_train_launcher_accepts_tuned_with_a_note_on_stderr(tmp_path):
     assert "gradients: custom_vjp" in result.stdout
     notes = [line for line in result.stderr.splitlines() if "deprecated" in line]
     assert len(notes) == 1 and "gradients='custom_vjp'" in notes[0], result.stderr[-3000:]
+
+
+def test_a_saved_split_len_loads_as_segment_len_and_decodes_with_it(tmp_path):
+    eval_section = fra_eng.get_config("runlocal").eval.to_dict()
+    del eval_section["segment_len"]  # the run's default is 1: sentence by sentence
+    eval_section["split_len"] = 0  # every input whole
+    workdir = _old_workdir(tmp_path, eval=eval_section)
+    loaded = ckpt.load_config(workdir)
+    assert loaded.eval.segment_len == 0 and "split_len" not in loaded.eval
+    assert decode_settings(loaded)["segment_len"] == 0  # the run's setting, not the default
+    config = fra_eng.get_config("runlocal")
+    config.eval.segment_len = 0
+    assert check_resume_config(config, workdir) == []
+
+
+def test_an_old_export_manifest_reads_split_len_as_segment_len(tmp_path):
+    manifest = {"format": "ctranslate2", "decoding": {"beam_size": 4, "split_len": 0}}
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    assert read_manifest(tmp_path)["decoding"] == {"beam_size": 4, "segment_len": 0}

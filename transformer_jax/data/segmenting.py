@@ -6,7 +6,7 @@ line it stops early or drops sentences; translation systems therefore segment th
 into sentences first (Moses' split-sentences, sacremoses, Marian's and CTranslate2's
 servers). Here an input longer than `limit` tokens is cut after sentence-ending punctuation
 that is followed by whitespace, and consecutive sentences are packed greedily into parts of
-at most `limit` tokens. limit 1 (the default of `eval.split_len`) translates every sentence
+at most `limit` tokens. limit 1 (the default of `eval.segment_len`) translates every sentence
 on its own, which scored best (benchmarks/LOG.md, "paragraphs"); a larger limit keeps
 sentences together as context. A single sentence longer than the limit stays whole: it has
 no sentence end to cut at. A full stop after a known abbreviation ("mr .", "e.g .") or a
@@ -43,7 +43,7 @@ def _is_abbreviation(text: str, end: re.Match) -> bool:
     return word in ABBREVIATIONS or initial
 
 
-def split_sentences(text: str) -> list[str]:
+def cut_sentences(text: str) -> list[str]:
     """Sentences of `text`, cut after sentence-ending punctuation followed by whitespace.
 
     "go . i lost ." -> ["go .", "i lost ."]; "wait . . . ok" -> ["wait . . .", "ok"];
@@ -94,7 +94,7 @@ def segment(text: str, count_tokens: Callable[[str], int], limit: int) -> list[s
         raise ValueError(f"limit must be >= 1 token, got {limit}.")
     if count_tokens(text) <= limit:
         return [text]
-    sentences = split_sentences(text)
+    sentences = cut_sentences(text)
     if len(sentences) < 2:
         return [text]
     parts = pack_sentences(sentences, [count_tokens(s) for s in sentences], limit)

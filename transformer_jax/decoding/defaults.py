@@ -38,7 +38,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # Inputs longer than this (tokens with <eos>) are translated in parts of whole sentences
         # of at most this length, cut at sentence ends (data/segmenting.py): 1 = sentence by
         # sentence (best measured: benchmarks/LOG.md, "paragraphs"), 0 = every input whole.
-        "split_len": 1,
+        "segment_len": 1,
     }
 )
 
@@ -63,5 +63,5 @@ EVAL_KEYS: dict[str, str] = {
     "max_len_b": "max_len_b",
     "max_decode_len": "max_decode_len",
     "batch_size": "decode_batch_size",
-    "split_len": "split_len",
+    "segment_len": "segment_len",
 }

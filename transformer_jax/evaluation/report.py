@@ -138,7 +138,7 @@ def evaluate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_decode_len: int | None = None,
-    split_len: int | None = None,
+    segment_len: int | None = None,
     batch_size: int | None = None,
     num_examples: int = 0,
     num_samples: int = 10,
@@ -182,7 +182,7 @@ def evaluate_workdir(
             beam_size=beam_size,
             alpha=alpha,
             max_decode_len=max_decode_len,
-            split_len=split_len,
+            segment_len=segment_len,
             batch_size=batch_size,
         ),
     }

@@ -127,7 +127,7 @@ def translate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_decode_len: int | None = None,
-    split_len: int | None = None,
+    segment_len: int | None = None,
     attention_plot: str | Path | None = None,
     translator: Translator | None = None,
     stderr: TextIO | None = None,
@@ -140,8 +140,8 @@ def translate_workdir(
     the book's lowercasing and punctuation spacing for fra_eng). Lines are formatted by
     `format_lines`, as natural text (`text="natural"`: `Translator.natural`) or as the model
     wrote them (`text="data"`); an empty input gives an empty translation. An input of several
-    sentences is translated in parts cut at sentence ends (`split_len`, default the run's
-    `eval.split_len`: sentence by sentence); a sentence longer than the training limit is
+    sentences is translated in parts cut at sentence ends (`segment_len`, default the run's
+    `eval.segment_len`: sentence by sentence); a sentence longer than the training limit is
     translated whole and noted on `stderr`, as are words the source vocabulary reads as
     `<unk>` (`inference.source_ids.unknown_words`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
@@ -162,7 +162,7 @@ def translate_workdir(
             beam_size=beam_size,
             alpha=alpha,
             max_decode_len=max_decode_len,
-            split_len=split_len,
+            segment_len=segment_len,
         )
     for i, tokens in out.sources.long.items():
         part = " in its longest sentence" if i in out.sources.parts else ""

@@ -5,7 +5,7 @@
 One output per input, in order; an empty input gives "". Inputs get the run's
 preprocessing (recorded in `export.json`: the book's lowercasing and punctuation spacing
 for fra_eng), and an input of several sentences is translated in parts cut at sentence ends
-(`data.segmenting`, the run's `split_len`), as the JAX engine does. Sources are the tokenizer's
+(`data.segmenting`, the run's `segment_len`), as the JAX engine does. Sources are the tokenizer's
 ids + `<eos>` (the model's `add_source_eos`), outputs are decoded by the same tokenizer.
 The output budget is fairseq's `max_len_a · S + max_len_b` tokens with S the source length
 (`<eos>` included), per sentence (or part): those with equal budgets are translated in one
@@ -34,12 +34,13 @@ from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
-from transformer_jax.inference.settings import check_split_len
+from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import encode_sources
 
 
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:
-    """`export.json` of an exported directory, with a clear error when it is missing."""
+    """`export.json` of an exported directory, with a clear error when it is missing; an
+    older export's `decoding.split_len` is read as today's `segment_len`."""
     path = Path(model_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(
@@ -54,6 +55,9 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
             "`python -m experiments.export --format=ctranslate2`, or translate with "
             "--engine=jax --workdir=RUN."
         )
+    decoding = manifest.get("decoding")
+    if isinstance(decoding, dict) and "split_len" in decoding:  # exported before the rename
+        decoding.setdefault("segment_len", decoding.pop("split_len"))
     return manifest
 
 
@@ -82,7 +86,7 @@ def translate_lines(
     length_penalty: float = 0.0,
     max_len_a: float | None = None,
     max_len_b: int | None = None,
-    split_len: int | None = None,
+    segment_len: int | None = None,
     batch_size: int = DEFAULTS["batch_size"],
     compute_type: str = "default",
     intra_threads: int = 0,
@@ -93,7 +97,7 @@ def translate_lines(
     beam_size: 1 = greedy search; default the run's (`export.json`; for older exports
       `decoding.defaults.DEFAULTS`, as for every setting an export did not record).
     max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
-    split_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
+    segment_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
       sentences of at most this length; default the run's (`export.json`; sentence by
       sentence for older exports), 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
@@ -111,9 +115,9 @@ def translate_lines(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     a = recorded["max_len_a"] if max_len_a is None else max_len_a
     b = recorded["max_len_b"] if max_len_b is None else max_len_b
-    if split_len is None:
-        split_len = recorded["split_len"]
-    check_split_len(split_len)
+    if segment_len is None:
+        segment_len = recorded["segment_len"]
+    check_segment_len(segment_len)
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
@@ -123,7 +127,7 @@ def translate_lines(
 
     prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
     # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
-    encoded = encode_sources(src_tok, prepared, split_len=split_len, warn=False)
+    encoded = encode_sources(src_tok, prepared, segment_len=segment_len, warn=False)
     owner, rows_ids = [], []  # owner[r]: the input row r belongs to
     for i in range(len(prepared)):
         for row in encoded.rows(i):

@@ -331,9 +331,9 @@ def export_ctranslate2(
 
 def run_manifest(model: Translator) -> dict[str, Any]:
     """What serving needs from the run: its search width, output budget, how inputs are cut
-    at sentence ends (`eval.split_len`) and preprocessing."""
+    at sentence ends (`eval.segment_len`) and preprocessing."""
     decoding = {k: model.settings[k] for k in ("beam_size", "max_len_a", "max_len_b")}
-    decoding["split_len"] = model.settings["split_len"]  # 1: sentence by sentence; 0: whole
+    decoding["segment_len"] = model.settings["segment_len"]  # 1: sentence by sentence; 0: whole
     manifest = {"decoding": decoding, "book_style": model.book_style}
     if model.book_style:
         manifest["truecaser"] = f"{TOKENIZER_DIR}/{TRUECASER_FILE}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 # Every keyword `Translator.translate` takes, with its default: the one table.
-from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS
+from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS, OPTION_DEFAULTS
 
 
 def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -13,13 +13,14 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
 
     Without a config, `DEFAULTS`. `overrides` with a value other than None win (e.g. a
     command-line `--beam_size`); an unknown keyword is a TypeError naming the valid ones.
-    Configs saved before a key existed get its default.
+    Configs saved before a key existed get its default. The `DecodeOptions` keys of
+    `OPTION_DEFAULTS` (nbest, temperature, top_k, top_p, seed, prefix) are accepted too and
+    appear only when given.
     """
-    unknown = sorted(set(overrides) - set(DEFAULTS))
+    valid = {*DEFAULTS, *OPTION_DEFAULTS}  # OPTION_DEFAULTS' keys are kept only when given
+    unknown = sorted(set(overrides) - valid)
     if unknown:
-        raise TypeError(
-            f"unknown decoding setting(s) {unknown}; valid ones are {sorted(DEFAULTS)}."
-        )
+        raise TypeError(f"unknown decoding setting(s) {unknown}; valid ones are {sorted(valid)}.")
     settings = dict(DEFAULTS)
     if config is not None:
         settings.update(
@@ -28,14 +29,14 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
         settings["max_decode_len"] = settings["max_decode_len"] or None  # a config's 0 = none
         settings["trained_len"] = config.data.get("max_src_len")
     settings.update({k: v for k, v in overrides.items() if v is not None})
-    check_split_len(settings["split_len"])
+    check_segment_len(settings["segment_len"])
     return settings
 
 
-def check_split_len(split_len: Any) -> None:
-    """A ValueError naming `split_len` and its meaning unless it is an integer >= 0."""
-    if isinstance(split_len, bool) or not isinstance(split_len, int) or split_len < 0:
+def check_segment_len(segment_len: Any) -> None:
+    """A ValueError naming `segment_len` and its meaning unless it is an integer >= 0."""
+    if isinstance(segment_len, bool) or not isinstance(segment_len, int) or segment_len < 0:
         raise ValueError(
-            f"split_len must be an integer >= 0 (1 = sentence by sentence, N = whole sentences "
-            f"in parts of up to N tokens, 0 = every input whole), got {split_len!r}."
+            f"segment_len must be an integer >= 0 (1 = sentence by sentence, N = whole sentences "
+            f"in parts of up to N tokens, 0 = every input whole), got {segment_len!r}."
         )

@@ -2,8 +2,8 @@
 
 Each row is data/'s `encode_text` (tokens + `<eos>`), the same function that makes training
 sources, and is never cut inside a sentence. An input of several sentences longer than
-`split_len` tokens is translated in parts of whole sentences (`data.segmenting`; with
-split_len 1, sentence by sentence), and the parts' translations are joined. A single sentence
+`segment_len` tokens is translated in parts of whole sentences (`data.segmenting`; with
+segment_len 1, sentence by sentence), and the parts' translations are joined. A single sentence
 longer than any the model was trained on is translated whole (with a warning), and only a
 learned position table has a hard limit (a clear error).
 """
@@ -29,10 +29,10 @@ class DecodingWarning(UserWarning):
 class EncodedSources:
     """Source ids (tokens + `<eos>`, whole; [] for an empty sentence) and what to report.
 
-    long: {sentence index: its length with `<eos>`} for sources (or, for a split one, its
+    long: {sentence index: its length with `<eos>`} for sources (or, for a cut one, its
       longest part) longer than the length the model was trained on (translated whole
       anyway); empty: indices of empty sentences.
-    parts: {sentence index: the id rows it is translated as} for inputs split at sentence
+    parts: {sentence index: the id rows it is translated as} for inputs cut at sentence
       ends (`rows` gives every sentence's rows).
     """
 
@@ -54,7 +54,7 @@ def encode_sources(
     *,
     trained_len: int | None = None,
     position_limit: int | None = None,
-    split_len: int | None = None,
+    segment_len: int | None = None,
     warn: bool = True,
 ) -> EncodedSources:
     """`encode_text` of each sentence, never cut inside a sentence; [] for an empty one.
@@ -64,7 +64,7 @@ def encode_sources(
     position_limit: a learned position table's rows (`ModelConfig.position_limit`); a
       longer source (or part) cannot be encoded: `SourceTooLongError` names the sentences
       and the limit.
-    split_len: an input longer than this (tokens with `<eos>`) is cut at sentence ends into
+    segment_len: an input longer than this (tokens with `<eos>`) is cut at sentence ends into
       parts of at most this length (`data.segmenting.segment`), listed in `parts`; None or 0
       never cuts.
     """
@@ -77,8 +77,8 @@ def encode_sources(
             continue
         ids = encode_text(tokenizer, sentence)
         out.ids.append(ids)
-        if split_len and len(ids) > split_len:
-            texts = segment(sentence, lambda t: len(encode_text(tokenizer, t)), split_len)
+        if segment_len and len(ids) > segment_len:
+            texts = segment(sentence, lambda t: len(encode_text(tokenizer, t)), segment_len)
             if len(texts) > 1:
                 out.parts[i] = [encode_text(tokenizer, t) for t in texts]
         longest = max(len(row) for row in out.rows(i))

@@ -91,7 +91,7 @@ class Translator:
 
         Decoding settings come from the run `config` if given (`decode_settings`), then from
         `settings` (beam_size, alpha, max_decode_len, max_len_a, max_len_b, batch_size,
-        trained_len, split_len).
+        trained_len, segment_len).
         """
         return cls(
             model_config=model_config.replace(deterministic=True, decode=False),
@@ -171,9 +171,9 @@ class Translator:
 
         `settings` override the translator's: beam_size (1 = greedy; larger beams rank by
         log P / ((5 + len) / 6)^alpha), alpha, max_decode_len, max_len_a, max_len_b,
-        batch_size, trained_len, split_len. An input of several sentences longer than
-        `split_len` tokens (with `<eos>`) is translated in parts of whole sentences of at most
-        that length, and their translations are joined (`data.segmenting`; split_len 1, the
+        batch_size, trained_len, segment_len. An input of several sentences longer than
+        `segment_len` tokens (with `<eos>`) is translated in parts of whole sentences of at most
+        that length, and their translations are joined (`data.segmenting`; segment_len 1, the
         default: sentence by sentence; 0: whole). A sentence is never cut: one longer than
         `trained_len` is translated whole with a `DecodingWarning`; with learned positions,
         one beyond the table is a `SourceTooLongError`. An empty sentence gets a
@@ -204,7 +204,7 @@ class Translator:
             sentences,
             trained_len=options.pop("trained_len"),
             position_limit=self.model_config.position_limit,
-            split_len=options.pop("split_len"),
+            segment_len=options.pop("segment_len"),
             warn=warn,
         )
         # One decoding row per source, or per part of a source cut at sentence ends.
@@ -237,7 +237,7 @@ class Translator:
         `inference.attention_maps.AttentionMaps` with the tokens named.
         """
         if target_ids is None:  # one map: the input is translated whole, never in parts
-            settings = {**settings, "split_len": 0}
+            settings = {**settings, "segment_len": 0}
             out = self.translate_detailed([sentence], warn=False, **settings)
             src, tgt = out.sources.ids[0], out.target_ids[0]
         else:

@@ -89,14 +89,14 @@ def eval_defaults() -> ml_collections.ConfigDict:
     c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
     c.num_bleu_examples = 200  # validation pairs translated for BLEU (evenly spaced); 0 = none
     # Decoding: beam size, the length penalty α, the output budget max_len_a · W + max_len_b
-    # (max_decode_len > 0 fixes it instead), split_len for inputs of several sentences, the
+    # (max_decode_len > 0 fixes it instead), segment_len for inputs of several sentences, the
     # batch. What each means and its default: the table in decoding/defaults.py.
     c.beam_size = DECODING["beam_size"]
     c.alpha = DECODING["alpha"]
     c.max_len_a = DECODING["max_len_a"]
     c.max_len_b = DECODING["max_len_b"]
     c.max_decode_len = DECODING["max_decode_len"] or 0  # 0 = none: the budget a·W + b
-    c.split_len = DECODING["split_len"]
+    c.segment_len = DECODING["segment_len"]
     c.decode_batch_size = DECODING["batch_size"]
     c.num_examples_to_show = 3  # translations printed with each BLEU evaluation
     # After training, the launcher scores n test pairs evenly spaced over the split (always
@@ -185,7 +185,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     for key in ("beam_size", "decode_batch_size"):
         _check_int(f"eval.{key}", config.eval[key], minimum=1)
     _check_int("eval.num_test_examples", config.eval.num_test_examples, minimum=-1)
-    _check_int("eval.split_len", config.eval.split_len, minimum=0)
+    _check_int("eval.segment_len", config.eval.segment_len, minimum=0)
     for key in ("max_len_a", "alpha"):
         value = config.eval[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
