@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 # Every keyword `Translator.translate` takes, with its default: the one table.
-from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS, OPTION_DEFAULTS
+from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS
 
 
 def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -13,14 +13,13 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
 
     Without a config, `DEFAULTS`. `overrides` with a value other than None win (e.g. a
     command-line `--beam_size`); an unknown keyword is a TypeError naming the valid ones.
-    Configs saved before a key existed get its default. The `DecodeOptions` keys of
-    `OPTION_DEFAULTS` (nbest, temperature, top_k, top_p, seed, prefix) are accepted too and
-    appear only when given.
+    Configs saved before a key existed get its default.
     """
-    valid = {*DEFAULTS, *OPTION_DEFAULTS}  # OPTION_DEFAULTS' keys are kept only when given
-    unknown = sorted(set(overrides) - valid)
+    unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
-        raise TypeError(f"unknown decoding setting(s) {unknown}; valid ones are {sorted(valid)}.")
+        raise TypeError(
+            f"unknown decoding setting(s) {unknown}; valid ones are {sorted(DEFAULTS)}."
+        )
     settings = dict(DEFAULTS)
     if config is not None:
         settings.update(
