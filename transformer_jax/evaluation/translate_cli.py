@@ -31,7 +31,7 @@ from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import decode_lines
 from transformer_jax.inference import Translator
-from transformer_jax.inference.source_ids import unknown_words
+from transformer_jax.inference.notes import source_notes
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
@@ -143,7 +143,7 @@ def translate_workdir(
     sentences is translated in parts cut at sentence ends (`segment_len`, default the run's
     `eval.segment_len`: sentence by sentence); a sentence longer than the training limit is
     translated whole and noted on `stderr`, as are words the source vocabulary reads as
-    `<unk>` (`inference.source_ids.unknown_words`). Decoding settings not given come from the run
+    `<unk>` (`inference.notes.source_notes`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
     the log). Notes number the sentences from `first_number` (a stream's later lines). A
@@ -164,25 +164,11 @@ def translate_workdir(
             max_decode_len=max_decode_len,
             segment_len=segment_len,
         )
-    for i, tokens in out.sources.long.items():
-        part = " in its longest sentence" if i in out.sources.parts else ""
-        print(
-            f"note: sentence {first_number + i} has {tokens} tokens{part}, more than the "
-            f"longest the model was trained on ({translator.settings['trained_len']}): "
-            "translated whole.",
-            file=stderr,
-        )
-    for i, (sentence, ids) in enumerate(zip(prepared, out.sources.ids, strict=True)):
-        unknown = unknown_words(translator.src_tokenizer, sentence, ids)
-        if unknown:
-            shown = ", ".join(repr(w) for w in unknown[:5])
-            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            print(
-                f"note: sentence {first_number + i} has {shown}{more}, which the model's "
-                "vocabulary does not cover: read as <unk>, so the translation may miss or "
-                "invent them.",
-                file=stderr,
-            )
+    trained_len = translator.settings["trained_len"]
+    for note in source_notes(
+        prepared, out.sources, translator.src_tokenizer, trained_len, first_number=first_number
+    ):
+        print(note, file=stderr)
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
     natural = translator.natural if text == "natural" else None

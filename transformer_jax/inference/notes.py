@@ -1,0 +1,57 @@
+"""What translate tells the user about its inputs (on stderr), the same for both engines.
+
+    for note in source_notes(prepared, encoded, tokenizer, trained_len):
+        print(note, file=sys.stderr)
+
+The JAX engine (`evaluation.translate_cli`) and the CTranslate2 engine
+(`export.ct2_translate`) encode inputs with `source_ids.encode_sources` and word their notes
+here, so an input gets the same notes whichever engine translates it. Sentences are numbered
+from `first_number` (1 = the first input line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from transformer_jax.inference.source_ids import EncodedSources, unknown_words
+
+
+def long_note(number: int, tokens: int, in_part: bool, trained_len: int | None) -> str:
+    """Input `number` is longer than any training source and is translated whole."""
+    part = " in its longest sentence" if in_part else ""
+    return (
+        f"note: sentence {number} has {tokens} tokens{part}, more than the longest the model "
+        f"was trained on ({trained_len}): translated whole."
+    )
+
+
+def unknown_note(number: int, unknown: Sequence[str]) -> str:
+    """Input `number` holds words the source vocabulary reads as `<unk>`."""
+    shown = ", ".join(repr(w) for w in unknown[:5])
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    return (
+        f"note: sentence {number} has {shown}{more}, which the model's vocabulary does not "
+        "cover: read as <unk>, so the translation may miss or invent them."
+    )
+
+
+def source_notes(
+    prepared: Sequence[str],
+    encoded: EncodedSources,
+    tokenizer: Any,
+    trained_len: int | None,
+    *,
+    first_number: int = 1,
+) -> list[str]:
+    """The notes on `prepared` (the inputs as the model reads them) and their `encoded` ids:
+    inputs longer than `trained_len` (`encoded.long`), then inputs with `<unk>` words."""
+    notes = [
+        long_note(first_number + i, tokens, i in encoded.parts, trained_len)
+        for i, tokens in encoded.long.items()
+    ]
+    for i, (sentence, ids) in enumerate(zip(prepared, encoded.ids, strict=True)):
+        unknown = unknown_words(tokenizer, sentence, ids)
+        if unknown:
+            notes.append(unknown_note(first_number + i, unknown))
+    return notes
