@@ -40,15 +40,17 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.evaluation.report import evaluate_workdir, report_name, report_paths
+    from transformer_jax.evaluation.translate_cli import first_workdir
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
-        configure_process(load_config(FLAGS.workdir))
+        run = first_workdir(FLAGS.workdir)  # an ensemble's first run holds the report
+        configure_process(load_config(run))
         cpu_devices.apply(FLAGS.cpu_devices)
-        settings = launch.decoding_flag_values()
-        split = FLAGS.split or load_config(FLAGS.workdir).data.test_split
+        settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
+        split = FLAGS.split or load_config(run).data.test_split
         name = report_name(split, FLAGS.num_examples, **settings)
         evaluate_workdir(
             FLAGS.workdir,
@@ -62,7 +64,7 @@ def main(argv: list[str]) -> None:
     except (NoCheckpointError, ValueError) as error:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)
-    json_path, md_path = report_paths(FLAGS.workdir, name)
+    json_path, md_path = report_paths(run, name)
     print(md_path.read_text())
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
 

@@ -24,6 +24,17 @@ book-style run (fra_eng) trains on lowercased text with spaced punctuation; tran
 printed as text to read ("Je pense que Tom a raison.": `data.truecasing`), or with
 `--text=data` as the model wrote them ("je pense que tom a raison ."). Notes and
 warnings (invalid UTF-8, over-long inputs) go to stderr.
+
+Decoding options: `--nbest=N` writes N lines per input instead, TSV
+`line_index<TAB>rank<TAB>score<TAB>translation` (line_index from 0, rank 1 = the best, score
+log P / ((5 + len) / 6)^alpha as the search ranks them); `--temperature` > 0 samples (with
+`--top_k`, `--top_p`, `--seed`; `--nbest=N` then draws N samples); `--prefix` forces the start
+of every translation; `--workdir=runs/a,runs/b@4000` decodes with an ensemble (the mean of the
+models' log-probabilities each step).
+
+    python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 --nbest=4 "go ."
+    python -m experiments.translate --workdir=runs/fra_eng --temperature=0.8 --top_p=0.9 --seed=1
+    python -m experiments.translate --workdir=runs/fra_eng --prefix="je" "i am cold ."
 """
 
 from __future__ import annotations
@@ -75,6 +86,7 @@ def main(argv: list[str]) -> None:
     if not FLAGS.workdir:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
     from transformer_jax.evaluation.translate_cli import (
+        first_workdir,
         read_sentences,
         stdin_is_stream,
         translate_stream,
@@ -91,11 +103,12 @@ def main(argv: list[str]) -> None:
         "output_format": FLAGS.format,
         "text": FLAGS.text,
         **launch.decoding_flag_values(),
+        **launch.decoding_option_values(),  # --nbest, --temperature, ..., --prefix
         "attention_plot": FLAGS.attention_plot,
     }
     try:
-        # The run's process settings (XLA flags, allocator) before JAX starts its backend.
-        configure_process(load_config(FLAGS.workdir))
+        # The (first) run's process settings (XLA flags, allocator) before JAX starts.
+        configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
         with _output() as output:  # opened before decoding: a bad path fails now
             if from_stdin and (FLAGS.interactive or stdin_is_stream(sys.stdin)):

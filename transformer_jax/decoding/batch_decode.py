@@ -29,14 +29,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from transformer_jax.data.vocab import EOS_ID
+from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding import model_decode
+from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.nn import ModelConfig
 
 # Output budgets follow the longest source rounded up to a multiple of this.
@@ -102,7 +103,7 @@ def _batch_rows(n: int, batch_size: int, num_devices: int) -> int:
 
 
 def decode_ids(
-    model_config: ModelConfig,
+    model_config: ModelConfig | tuple[ModelConfig, ...],
     params: Any,
     sources: Sequence[Sequence[int]],
     *,
@@ -119,6 +120,7 @@ def decode_ids(
     The settings are required (`decoding.defaults.DEFAULTS` has their defaults; a
     `Translator` resolves them from its run config).
 
+    `model_config` and `params` may be tuples: an ensemble (`model_decode`).
     Each batch may generate `output_budget(W)` tokens, W its longest source rounded up to a
     multiple of 8 (see the module docstring). Returns one (L,) array per source (the best
     hypothesis: `<eos>` then `<pad>`), L the budget of the batch's program width.
@@ -128,8 +130,8 @@ def decode_ids(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    cfg = model_config.replace(deterministic=True, decode=False)
-    limit = cfg.position_limit
+    cfg = decode_config(model_config)
+    limit = position_limit(cfg)
     longest = max(map(len, sources), default=0)
     if limit is not None and longest > limit:
         raise SourceTooLongError(
@@ -168,3 +170,141 @@ def decode_ids(
         if progress is not None:
             progress(start + len(chunk), len(order))
     return out
+
+
+def decode_config(model_config: Any) -> Any:
+    """The deterministic, non-decode config (or tuple of an ensemble's) that decoding takes."""
+    if isinstance(model_config, ModelConfig):
+        return model_config.replace(deterministic=True, decode=False)
+    return tuple(decode_config(c) for c in model_config)
+
+
+def position_limit(model_config: Any) -> int | None:
+    """The longest sequence every member can encode and decode (None: no limit)."""
+    configs = (model_config,) if isinstance(model_config, ModelConfig) else model_config
+    limits = [c.position_limit for c in configs if c.position_limit is not None]
+    return min(limits) if limits else None
+
+
+class Hypothesis(NamedTuple):
+    """One of a source's n-best: ids (`<eos>` kept, no padding; cut at the budget without
+    it), log P, and the score log P / ((5 + len) / 6)^alpha the search ranks by."""
+
+    ids: list[int]
+    log_prob: float
+    score: float
+
+
+def decode_nbest(
+    model_config: ModelConfig | tuple[ModelConfig, ...],
+    params: Any,
+    sources: Sequence[Sequence[int]],
+    *,
+    options: DecodeOptions,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    max_decode_len: int | None,
+    max_len_a: float,
+    max_len_b: int,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """`decode_ids` with every `DecodeOptions`: the n-best of each source, best first.
+
+    options: search (beam_size, alpha) or sampling (temperature > 0, top_k, top_p, seed:
+      source i's samples depend on the seed and i only, not on its batch), and nbest.
+    prefixes: forced first target ids per source (no `<eos>`; [] = none). Without a fixed
+      `max_decode_len`, the output budget is at least the prefix and `max_len_b` more tokens.
+    Returns nbest hypotheses per source (fewer when beam search finishes fewer).
+    """
+    options.validate()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    cfg = decode_config(model_config)
+    limit = position_limit(cfg)
+    longest = max(map(len, sources), default=0)
+    if limit is not None and longest > limit:
+        raise SourceTooLongError(
+            f"a source of {longest} tokens is longer than the learned position table "
+            f"(model.max_len={limit})."
+        )
+    prefixes = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
+    if len(prefixes) != len(sources):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(sources)} sources.")
+    mesh = model_decode.local_mesh()
+    num_devices = mesh.devices.size
+    params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[Hypothesis]] = [[] for _ in sources]
+    num_rows = _batch_rows(len(sources), batch_size, num_devices)
+    budget = functools.partial(
+        output_budget,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        max_decode_len=max_decode_len,
+        position_limit=limit,
+    )
+    forced = any(prefixes)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        rows = [list(sources[i]) for i in chunk]
+        longest = max(map(len, rows))
+        width = program_width(longest, limit)
+        src, src_len = pad_batch(rows, num_rows, width)
+        longest_prefix = max(len(prefixes[i]) for i in chunk)
+        # Without a fixed max_decode_len, room for the prefix and max_len_b tokens after it.
+        least = longest_prefix + max_len_b if longest_prefix and not max_decode_len else 0
+        room = max(budget(width), round_up(least, LENGTH_BUCKET))
+        room = min(room, limit) if limit is not None else room
+        length = max(budget(min(round_up(longest, LENGTH_BUCKET), width)), least)
+        prefix = None
+        if forced:
+            prefix = np.zeros((num_rows, round_up(max(1, longest_prefix), LENGTH_BUCKET)), np.int32)
+            for r, i in enumerate(chunk):
+                prefix[r, : len(prefixes[i])] = prefixes[i]
+        row_ids = np.zeros((num_rows,), np.int32)
+        row_ids[: len(chunk)] = chunk  # a source's samples follow its index (sampling.row_keys)
+        decode = model_decode.sharded_nbest_decoder(
+            cfg,
+            beam_size=options.beam_size,
+            nbest=options.nbest,
+            sampling=options.sampling,
+            max_decode_len=room,
+            forced=forced,
+            mesh=mesh,
+        )
+        result = decode(
+            params,
+            src,
+            src_len,
+            limit=min(length, room),
+            alpha=options.alpha,
+            temperature=options.temperature if options.sampling else 1.0,
+            top_k=options.top_k,
+            top_p=options.top_p,
+            seed=options.seed,
+            row_ids=row_ids,
+            prefix=prefix,
+        )
+        tokens, log_probs, scores = (np.asarray(x) for x in result)  # (B, N, L), (B, N) twice
+        for r, i in enumerate(chunk):
+            out[i] = [
+                Hypothesis(
+                    _hypothesis_ids(tokens[r, n]), float(log_probs[r, n]), float(scores[r, n])
+                )
+                for n in range(tokens.shape[1])
+                if np.isfinite(scores[r, n])
+            ]
+        if progress is not None:
+            progress(start + len(chunk), len(order))
+    return out
+
+
+def _hypothesis_ids(row: np.ndarray) -> list[int]:
+    """(L,) generated ids -> the ids up to and with the first `<eos>` (all of them if none,
+    without trailing padding)."""
+    ids = [int(t) for t in row]
+    if EOS_ID in ids:
+        return ids[: ids.index(EOS_ID) + 1]
+    while ids and ids[-1] == PAD_ID:
+        ids.pop()
+    return ids

@@ -36,7 +36,7 @@ from transformer_jax.evaluation.bleu import (
 )
 from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
-from transformer_jax.inference import Translator
+from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.runtime import compile_log
 from transformer_jax.training.builder import mapped_eval_step
 from transformer_jax.training.metrics import sum_tree
@@ -144,6 +144,7 @@ def evaluate_workdir(
     num_samples: int = 10,
     write: bool = True,
     name: str | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Translate the pairs of `split` of a run's data and score them.
 
@@ -157,11 +158,16 @@ def evaluate_workdir(
     (from metrics.jsonl), into the workdir unless `write=False`; with a `name` (e.g.
     `report_name(...)`) `<name>.json` and `<name>.md` instead, and no curves, so that an
     evaluation with other settings leaves the run's own report. Returns the report dict.
+    `workdir` may name an ensemble (comma-separated workdirs, each `dir` or `dir@STEP`:
+    `inference.load_translator`; the report goes to the first). `options`: `DecodeOptions`
+    fields (nbest, temperature, top_k, top_p, seed, prefix; None = the default); the best
+    hypothesis is scored.
     """
-    workdir = Path(workdir)
+    runs = str(workdir)
+    workdir = Path(split_checkpoint(runs.split(",")[0].strip())[0])
     config = load_config(workdir)  # the split is checked before the parameters are read
     split = check_split(split or config.data.test_split, split_names(config), config.data.name)
-    translator = Translator.from_workdir(workdir, step, average_last=average_last)
+    translator = load_translator(runs, step, average_last=average_last)
     pairs = load_split_pairs(config.data, split)
     total = len(pairs)
     pairs = spread_subset(pairs, num_examples)
@@ -184,6 +190,7 @@ def evaluate_workdir(
             max_decode_len=max_decode_len,
             segment_len=segment_len,
             batch_size=batch_size,
+            **options,
         ),
     }
     if write:

@@ -27,10 +27,11 @@ from typing import Any, TextIO
 from absl import logging
 
 from transformer_jax.data.text_form import clean_text
+from transformer_jax.decoding.options import Hypotheses
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import decode_lines
-from transformer_jax.inference import Translator
+from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.notes import source_notes
 
 FORMATS = ("plain", "tsv")
@@ -116,6 +117,12 @@ def format_lines(
     return out
 
 
+def first_workdir(workdir: str) -> str:
+    """The run directory of `--workdir` (its first, for an ensemble `a,b`; without `@STEP`):
+    whose config sets the process (XLA flags) and names the report."""
+    return split_checkpoint(str(workdir).split(",")[0].strip())[0]
+
+
 def translate_workdir(
     workdir: str | Path,
     sentences: Sequence[str],
@@ -133,8 +140,16 @@ def translate_workdir(
     stderr: TextIO | None = None,
     first_number: int = 1,
     progress: bool | None = None,
+    nbest: int | None = None,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    prefix: str | None = None,
 ) -> list[str]:
-    """Translate `sentences` with the run in `workdir`; returns one output line each.
+    """Translate `sentences` with the run in `workdir` (comma-separated workdirs, each
+    `dir` or `dir@STEP`: an ensemble, `inference.load_translator`); returns one output line
+    each, or with `nbest` N lines each (`nbest_lines`).
 
     Inputs are prepared as the run's data (`Translator.prepare`: control characters out,
     the book's lowercasing and punctuation spacing for fra_eng). Lines are formatted by
@@ -149,20 +164,29 @@ def translate_workdir(
     the log). Notes number the sentences from `first_number` (a stream's later lines). A
     decoding that takes more than a few seconds shows a progress bar on `stderr` when it is a
     terminal (`progress`: True always, False never; `evaluation.progress`).
+    `decoding.options.DecodeOptions` fields (nbest, temperature, top_k, top_p, seed, prefix:
+    raw text, prepared as the inputs) left None are the defaults.
     """
     check_format(output_format, text)
     stderr = stderr or sys.stderr
-    translator = translator or Translator.from_workdir(workdir, step, average_last=average_last)
+    translator = translator or load_translator(workdir, step, average_last=average_last)
     prepared = [translator.prepare(s) for s in sentences]
     with progress_bar("Translating", file=stderr, enabled=progress) as update:
         out = translator.translate_detailed(
             prepared,
             warn=False,  # reported below, per line
             progress=update,
+            scores=nbest is not None,
             beam_size=beam_size,
             alpha=alpha,
             max_decode_len=max_decode_len,
             segment_len=segment_len,
+            nbest=nbest,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            prefix=translator.prepare(prefix) if prefix else None,
         )
     trained_len = translator.settings["trained_len"]
     for note in source_notes(
@@ -172,7 +196,29 @@ def translate_workdir(
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
     natural = translator.natural if text == "natural" else None
+    if nbest is not None:
+        return nbest_lines(sentences, out.hypotheses, natural, first_index=first_number - 1)
     return format_lines(sentences, out.texts, output_format, natural)
+
+
+def nbest_lines(
+    sources: Sequence[str],
+    hypotheses: Sequence[Hypotheses],
+    natural: Callable[[str, str], str] | None = None,
+    first_index: int = 0,
+) -> list[str]:
+    """translate --nbest's TSV: per hypothesis `line_index<TAB>rank<TAB>score<TAB>translation`,
+    line_index counting input lines from 0 (`first_index` for a stream's later lines), rank
+    from 1 (the best), score log P / ((5 + len) / 6)^alpha as the search ranks (4 decimals).
+    An empty input has one line with rank 1, score 0 and an empty translation."""
+    out = []
+    for n, (source, hyps) in enumerate(zip(sources, hypotheses, strict=True)):
+        for rank, (text, score) in enumerate(zip(hyps.texts, hyps.scores, strict=True), 1):
+            line = clean_text(text).strip()
+            if natural is not None:
+                line = natural(line, clean_text(source))
+            out.append(f"{first_index + n}\t{rank}\t{score:.4f}\t{line}")
+    return out
 
 
 def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str | Path) -> None:
@@ -263,7 +309,7 @@ def translate_stream(
     """
     stderr = stderr or sys.stderr
     check_format(options.get("output_format", "plain"), options.get("text", "natural"))
-    translator = translator or Translator.from_workdir(
+    translator = translator or load_translator(
         workdir, options.get("step"), average_last=options.get("average_last", 1)
     )
 

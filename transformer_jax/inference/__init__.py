@@ -8,7 +8,12 @@ memory; text in, text out. Used by translate, evaluate, the train loop's BLEU, t
 from transformer_jax.decoding.batch_decode import SourceTooLongError
 from transformer_jax.inference.settings import DEFAULTS, decode_settings
 from transformer_jax.inference.source_ids import DecodingWarning, EncodedSources, encode_sources
-from transformer_jax.inference.translator import Translations, Translator
+from transformer_jax.inference.translator import (
+    Translations,
+    Translator,
+    load_translator,
+    split_checkpoint,
+)
 
 __all__ = [
     "DEFAULTS",
@@ -19,4 +24,6 @@ __all__ = [
     "Translator",
     "decode_settings",
     "encode_sources",
+    "load_translator",
+    "split_checkpoint",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 # Every keyword `Translator.translate` takes, with its default: the one table.
-from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS
+from transformer_jax.decoding.defaults import DEFAULTS, EVAL_KEYS, OPTION_DEFAULTS
 
 
 def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
@@ -13,13 +13,14 @@ def decode_settings(config: Any = None, **overrides: Any) -> dict[str, Any]:
 
     Without a config, `DEFAULTS`. `overrides` with a value other than None win (e.g. a
     command-line `--beam_size`); an unknown keyword is a TypeError naming the valid ones.
-    Configs saved before a key existed get its default.
+    Configs saved before a key existed get its default. The `DecodeOptions` keys of
+    `OPTION_DEFAULTS` (nbest, temperature, top_k, top_p, seed, prefix) are accepted too and
+    appear only when given.
     """
-    unknown = sorted(set(overrides) - set(DEFAULTS))
+    valid = {*DEFAULTS, *OPTION_DEFAULTS}  # OPTION_DEFAULTS' keys are kept only when given
+    unknown = sorted(set(overrides) - valid)
     if unknown:
-        raise TypeError(
-            f"unknown decoding setting(s) {unknown}; valid ones are {sorted(DEFAULTS)}."
-        )
+        raise TypeError(f"unknown decoding setting(s) {unknown}; valid ones are {sorted(valid)}.")
     settings = dict(DEFAULTS)
     if config is not None:
         settings.update(

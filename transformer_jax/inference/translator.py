@@ -2,6 +2,8 @@
 
     translator = Translator.from_workdir("runs/fra_eng")            # params only, no optimizer
     translator.translate(["go .", "i lost ."], beam_size=4)         # -> ["va !", "j'ai perdu ."]
+    translator.translate_options(["go ."], DecodeOptions(beam_size=4, nbest=2))  # n-best, scores
+    Translator.from_workdirs(["runs/a", "runs/b@4000"])              # an ensemble
     translator = Translator.from_params(model_config, params, src_tok, tgt_tok, config=config)
 
 The translate and evaluate commands, the train loop's BLEU, the notebook, fine-tuning and
@@ -15,7 +17,7 @@ turns raw text into that.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,10 @@ from transformer_jax.data.segmenting import join_translations
 from transformer_jax.data.text_form import book_style, clean_text, detokenize_book
 from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding.batch_decode import decode_ids
+from transformer_jax.decoding.batch_decode import Hypothesis, decode_ids, decode_nbest
+from transformer_jax.decoding.defaults import OPTION_DEFAULTS
+from transformer_jax.decoding.options import DecodeOptions, Hypotheses
+from transformer_jax.decoding.search import length_penalty
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
 from transformer_jax.inference.settings import decode_settings
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
@@ -52,6 +57,8 @@ class Translations:
     target_ids: list[list[int]]
     sources: EncodedSources
     generated_tokens: int
+    # Each sentence's n-best with scores, when asked for (`Translator.translate_options`).
+    hypotheses: list[Hypotheses] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +80,9 @@ class Translator:
     step: int | None = None
     averaged_steps: tuple[int, ...] = ()
     truecaser: Any = None
+    # An ensemble's other members, ((model_config, params), ...): each step decodes with the
+    # mean of every member's log-probabilities (`decoding.model_decode`). () = this model alone.
+    ensemble: tuple[tuple[ModelConfig, Any], ...] = ()
 
     # --- construction --------------------------------------------------------------------
 
@@ -121,6 +131,31 @@ class Translator:
         return dataclasses.replace(
             translator, truecaser=run.truecaser, step=run.step, averaged_steps=run.averaged_steps
         )
+
+    @classmethod
+    def from_workdirs(cls, specs: Sequence[str], average_last: int = 1) -> Translator:
+        """An ensemble of runs: each spec a workdir, or `workdir@STEP` for that checkpoint
+        (`split_checkpoint`).
+
+        The first run's config, tokenizers and decoding settings are the translator's; every
+        run must have the same source and target vocabularies (a ValueError naming the one
+        that differs). One spec is that run alone, as `from_workdir`.
+        """
+        if not specs:
+            raise ValueError("an ensemble needs at least one workdir.")
+        runs = [cls.from_workdir(*split_checkpoint(spec), average_last) for spec in specs]
+        check_vocabularies(runs, [str(spec) for spec in specs])
+        first = runs[0]
+        members = tuple((run.model_config, run.params) for run in runs[1:])
+        return dataclasses.replace(first, ensemble=members)
+
+    @property
+    def decode_model(self) -> tuple[Any, Any]:
+        """(config, params) as decoding takes them: tuples for an ensemble."""
+        if not self.ensemble:
+            return self.model_config, self.params
+        members = ((self.model_config, self.params), *self.ensemble)
+        return tuple(m[0] for m in members), tuple(m[1] for m in members)
 
     # --- text ----------------------------------------------------------------------------
 
@@ -189,6 +224,7 @@ class Translator:
         *,
         warn: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        scores: bool = False,
         **settings: Any,
     ) -> Translations:
         """`translate`, also returning the ids, the encoded sources and the token count.
@@ -196,21 +232,50 @@ class Translator:
         warn=False leaves the reporting of empty and too-long inputs to the caller
         (`Translations.sources.empty` / `.long`). `progress(done, total)`: called after each
         decoding batch with the rows (sentences, or their parts) decoded so far.
+        `settings` may hold `DecodeOptions` fields (nbest, temperature, top_k, top_p, seed,
+        prefix); with any of them, or `scores`, `Translations.hypotheses` holds each
+        sentence's n-best with scores (`translate_options`), and the texts are the best.
         """
         options = {**self.settings, **{k: v for k, v in settings.items() if v is not None}}
         options = decode_settings(None, **options)  # rejects an unknown keyword
+        chosen = {k: options.pop(k) for k in OPTION_DEFAULTS if k in options}
+        search = DecodeOptions.from_mapping(
+            {"beam_size": options["beam_size"], "alpha": options["alpha"], **chosen}
+        )
+        prefixes = search.prefixes(len(sentences))
+        segment_len = options.pop("segment_len")
+        if search.nbest > 1 or any(prefixes):  # n-best and prefixes belong to whole inputs
+            segment_len = 0
         encoded = encode_sources(
             self.src_tokenizer,
             sentences,
             trained_len=options.pop("trained_len"),
             position_limit=self.model_config.position_limit,
-            segment_len=options.pop("segment_len"),
+            segment_len=segment_len,
             warn=warn,
         )
         # One decoding row per source, or per part of a source cut at sentence ends.
         owners = [i for i in range(len(sentences)) for _ in encoded.rows(i)]
         rows = [row for i in range(len(sentences)) for row in encoded.rows(i)]
-        decoded = decode_ids(self.model_config, self.params, rows, progress=progress, **options)
+        config, params = self.decode_model
+        nbest: list[list[Hypothesis]] | None = None
+        if scores or search != DecodeOptions(beam_size=search.beam_size, alpha=search.alpha):
+            prefix_ids = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes]
+            nbest = decode_nbest(
+                config,
+                params,
+                rows,
+                options=search,
+                prefixes=[prefix_ids[i] for i in owners],  # whole inputs: one row each
+                max_decode_len=options["max_decode_len"],
+                max_len_a=options["max_len_a"],
+                max_len_b=options["max_len_b"],
+                batch_size=options["batch_size"],
+                progress=progress,
+            )
+            decoded = [np.asarray(h[0].ids if h else [EOS_ID], np.int32) for h in nbest]
+        else:
+            decoded = decode_ids(config, params, rows, progress=progress, **options)
         texts: list[list[str]] = [[] for _ in sentences]
         target_ids: list[list[int]] = [[] for _ in sentences]
         tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
@@ -225,7 +290,63 @@ class Translator:
         for i in encoded.parts:  # a cut input's tokens: its parts' ids, then one <eos>
             tokens[i] = np.asarray([*target_ids[i], EOS_ID], np.int32)
         joined = [join_translations(parts) for parts in texts]
-        return Translations(joined, tokens, target_ids, encoded, generated)
+        hypotheses = None
+        if nbest is not None:
+            hypotheses = self._hypotheses(len(sentences), owners, nbest, search.alpha)
+        return Translations(joined, tokens, target_ids, encoded, generated, hypotheses)
+
+    def translate_options(
+        self,
+        sentences: Sequence[str],
+        options: DecodeOptions | Mapping[str, Any] | None = None,
+        *,
+        warn: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        **settings: Any,
+    ) -> list[Hypotheses]:
+        """Each sentence's n-best with log-probabilities and scores, in the input order.
+
+        options: a `DecodeOptions` (used as given), or a mapping of its fields over this
+          translator's beam_size and alpha (None: the translator's settings). `settings`: the
+          other `translate` keywords (max_decode_len, segment_len, ...). With nbest > 1 or a
+          prefix every input is decoded whole (segment_len 0); otherwise a cut input's
+          hypothesis joins its parts' best (log-probabilities summed, the score over the
+          whole length). An empty sentence gets `Hypotheses(("",), (0.0,), (0.0,))`.
+        """
+        if not isinstance(options, DecodeOptions):
+            base = {"beam_size": self.settings["beam_size"], "alpha": self.settings["alpha"]}
+            options = DecodeOptions.from_mapping({**base, **(options or {})})
+        options.validate()
+        fields = dataclasses.asdict(options)
+        out = self.translate_detailed(
+            sentences, warn=warn, progress=progress, scores=True, **settings, **fields
+        )
+        return out.hypotheses
+
+    def _hypotheses(
+        self, count: int, owners: list[int], nbest: list[list[Hypothesis]], alpha: float
+    ) -> list[Hypotheses]:
+        """Per sentence, its rows' n-best as text (a cut input: its parts' best joined)."""
+        rows: list[list[list[Hypothesis]]] = [[] for _ in range(count)]
+        for i, hyps in zip(owners, nbest, strict=True):
+            rows[i].append(hyps)
+        out = []
+        for parts in rows:
+            if not parts:  # an empty input
+                out.append(Hypotheses(("",), (0.0,), (0.0,)))
+            elif len(parts) == 1:
+                hyps = parts[0]
+                texts = tuple(self.tgt_tokenizer.decode(h.ids) for h in hyps)
+                log_probs = tuple(h.log_prob for h in hyps)
+                out.append(Hypotheses(texts, log_probs, tuple(h.score for h in hyps)))
+            else:
+                best = [hyps[0] for hyps in parts]
+                text = join_translations([self.tgt_tokenizer.decode(h.ids) for h in best])
+                log_prob = sum(h.log_prob for h in best)
+                length = sum(len(h.ids) for h in best)
+                score = float(log_prob / length_penalty(length, alpha))
+                out.append(Hypotheses((text,), (float(log_prob),), (score,)))
+        return out
 
     def attention_maps(
         self, sentence: str, target_ids: Sequence[int] | None = None, **settings: Any
@@ -256,6 +377,43 @@ class Translator:
             src_tokens=self.token_names(src),
             tgt_tokens=["<bos>", *self.token_names(tgt, target=True)],
         )
+
+
+def check_vocabularies(translators: Sequence[Translator], names: Sequence[str]) -> None:
+    """A one-line ValueError unless every translator has the first one's source and target
+    vocabularies (their tokenizers' fingerprints): an ensemble averages distributions over
+    the same ids."""
+    first = translators[0]
+    for name, other in zip(names[1:], translators[1:], strict=True):
+        for side, which in (("src_tokenizer", "source"), ("tgt_tokenizer", "target")):
+            if getattr(other, side).fingerprint != getattr(first, side).fingerprint:
+                raise ValueError(
+                    f"{name} has another {which} vocabulary than {names[0]}: an ensemble's "
+                    "models must share their vocabularies (train them with the same data "
+                    "and tokenizer settings)."
+                )
+
+
+def split_checkpoint(spec: str | Path, step: int | None = None) -> tuple[str, int | None]:
+    """`"runs/a@4000"` -> ("runs/a", 4000); a spec without an `@STEP` suffix -> (spec, step)."""
+    workdir, at, suffix = str(spec).rpartition("@")
+    if at and suffix.isdigit():
+        return workdir, int(suffix)
+    return str(spec), step
+
+
+def load_translator(workdir: str | Path, step: int | None = None, average_last: int = 1):
+    """The translator of `--workdir`: one run (`workdir` or `workdir@STEP`, else `step`), or
+    an ensemble of comma-separated ones (`Translator.from_workdirs`; each its own @STEP)."""
+    specs = [s.strip() for s in str(workdir).split(",") if s.strip()]
+    if len(specs) == 1:
+        return Translator.from_workdir(*split_checkpoint(specs[0], step), average_last)
+    if step is not None:
+        raise ValueError(
+            f"--step={step} with an ensemble of {len(specs)} workdirs: give each its "
+            "checkpoint as workdir@STEP."
+        )
+    return Translator.from_workdirs(specs, average_last)
 
 
 def _unpadded(ids: list[int]) -> list[int]:

@@ -1,0 +1,110 @@
+"""translate and evaluate with decoding options on a tiny trained run (issue 41,
+deliverable 3): --nbest's TSV, --prefix, seeded --temperature sampling, an ensemble of
+--workdir=a,a@STEP, and one FATAL line for each bad value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, subprocess_env
+from tests.tiny_run import tiny_config
+from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.evaluation.translate_cli import translate_workdir
+from transformer_jax.inference import load_translator
+
+needs_corpus = pytest.mark.skipif(
+    not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
+)
+pytestmark = [pytest.mark.slow, needs_corpus]  # trains for real (a few steps)
+
+LINES = ["go .", "i lost .", "", "he is a good person ."]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The tiny runlocal model trained 4 steps on 500 pairs (checkpoints at 2 and 4)."""
+    from transformer_jax.training import train_and_evaluate
+
+    path = tmp_path_factory.mktemp("tiny_run")
+    train_and_evaluate(tiny_config(4), path)
+    return path
+
+
+def translate(workdir, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}", *args],
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_nbest_tsv_and_prefix_from_the_command_line(workdir):
+    out = translate(workdir, "--text=data", "--beam_size=3", "--nbest=2", *LINES)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    # Two hypotheses per line, one for the empty one; line_index from 0, rank from 1.
+    assert [(r[0], r[1]) for r in rows] == [
+        ("0", "1"),
+        ("0", "2"),
+        ("1", "1"),
+        ("1", "2"),
+        ("2", "1"),
+        ("3", "1"),
+        ("3", "2"),
+    ]
+    assert rows[4] == ["2", "1", "0.0000", ""]
+    for first, second in (rows[0:2], rows[2:4], rows[5:7]):
+        assert float(first[2]) >= float(second[2]) and float(first[2]) < 0
+        assert first[3] != second[3]
+    best = translate_workdir(workdir, LINES, text="data", beam_size=3)
+    assert [r[3] for r in rows if r[1] == "1"] == best
+    # --prefix: every translation starts with it (the data's form: lowercase, spaced).
+    forced = translate(workdir, "--text=data", "--prefix=Je", *LINES[:2])
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert all(line.startswith("je ") for line in forced.stdout.splitlines())
+    assert len(forced.stdout.splitlines()) == 2
+
+
+def test_prefix_of_its_own_output_and_seeded_sampling(workdir):
+    greedy = translate_workdir(workdir, LINES, text="data")
+    words = greedy[3].split()
+    assert len(words) >= 2
+    again = translate_workdir(workdir, LINES[3:], text="data", prefix=" ".join(words[:2]))
+    assert again == greedy[3:]
+    draw = lambda seed: translate_workdir(
+        workdir, LINES, text="data", temperature=1.5, seed=seed, nbest=3
+    )
+    first = draw(1)
+    assert draw(1) == first and draw(2) != first
+    assert len(first) == 3 * 3 + 1
+
+
+def test_ensembles_of_checkpoints(workdir):
+    one = load_translator(str(workdir))
+    same = load_translator(f"{workdir},{workdir}")
+    assert len(same.ensemble) == 1
+    assert same.translate(LINES, beam_size=3) == one.translate(LINES, beam_size=3)
+    mixed = load_translator(f"{workdir}@2,{workdir}@4")
+    assert (mixed.step, mixed.ensemble[0][1] is not None) == (2, True)
+    assert mixed.translate(LINES)  # decodes; its outputs are the mean's, checked in decoding
+    with pytest.raises(ValueError, match="give each its checkpoint as workdir@STEP"):
+        load_translator(f"{workdir},{workdir}", step=2)
+
+
+def test_bad_options_are_one_fatal_line(workdir):
+    for args, words in (
+        (["--beam_size=2", "--nbest=3"], "nbest=3 is more than beam_size=2"),
+        (["--temperature=-1"], "temperature must be a number >= 0"),
+        (["--top_p=0"], "top_p must be a number in (0, 1]"),
+    ):
+        out = translate(workdir, *args, "go .")
+        assert out.returncode == 2, out.stderr[-2000:]
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("FATAL:") and words in last, out.stderr[-2000:]
