@@ -8,8 +8,8 @@ r"""Translate sentences with a trained run: flags in, `evaluation.translate_work
 
 `--engine=ctranslate2` translates with a CTranslate2 export (`experiments.export
 --format=ctranslate2`; no JAX compilation), with the same input and output behaviour and the
-run's beam size (recorded at export); its `--alpha` is CTranslate2's length penalty (scores
-divided by len^alpha), default 0.
+run's decoding settings (recorded at export: beam size, length penalty α, output budget),
+the same ranking of beam hypotheses and the same notes on stderr, so the same translations.
 
 Sentences come from the command line (one per argument, even across a newline), else
 `--input_file` (one per line, split on `\n` only), else stdin. Stdin that is a file
@@ -135,14 +135,14 @@ def _output() -> contextlib.AbstractContextManager[TextIO]:
 
 def _main_ctranslate2(argv: list[str]) -> None:
     from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, write_lines
-    from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
+    from transformer_jax.export.ct2_translate import load_truecaser, translate_detailed
     from transformer_jax.export.extras import MissingExtraError
 
     if not FLAGS.model_dir:
         launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
     unsupported = [
         f"--{name}"
-        for name in ("workdir", "step", "attention_plot", "max_decode_len")
+        for name in ("workdir", "step", "attention_plot")
         if FLAGS[name].value is not None
     ]
     if FLAGS.average_last != 1:
@@ -158,13 +158,17 @@ def _main_ctranslate2(argv: list[str]) -> None:
         sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
         if not sentences:  # no input, no output
             return write_lines([], FLAGS.output_file, sys.stdout)
-        texts = translate_lines(
+        out = translate_detailed(
             FLAGS.model_dir,
             sentences,
             beam_size=FLAGS.beam_size,  # None: the run's, from export.json
             segment_len=FLAGS.segment_len,  # None: the run's, from export.json
-            length_penalty=FLAGS.alpha or 0.0,
+            alpha=FLAGS.alpha,  # None: the run's α, ranked as the JAX engine ranks
+            max_decode_len=FLAGS.max_decode_len,
         )
+        for note in out.notes():  # the JAX engine's notes (inference.notes)
+            print(note, file=sys.stderr)
+        texts = out.texts
         truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
         natural = truecaser.natural if truecaser is not None else None
         lines = format_lines(sentences, texts, FLAGS.format, natural)

@@ -29,8 +29,13 @@ from transformer_jax.data.segmenting import segment
 from transformer_jax.data.vocab import EOS_ID, PAD_ID, SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.decoding import beam_decode, greedy_decode
+from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export import UnsupportedModelError, convert, load_trained
-from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
+from transformer_jax.export.ct2_translate import (
+    load_truecaser,
+    translate_detailed,
+    translate_lines,
+)
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.inference import Translator
 from transformer_jax.nn import Transformer
@@ -227,14 +232,15 @@ def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
 
 def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(trained, tmp_path):
     """`experiments.translate --engine=ctranslate2` reads and writes as the JAX engine does:
-    one line per input line (an empty one for an empty input), the same greedy texts, and a
-    paragraph cut at the same sentence ends."""
+    one line per input line (an empty one for an empty input), the same beam-4 texts at the
+    run's α, a paragraph cut at the same sentence ends, and the same notes on stderr (inputs
+    longer than the training sources, words read as `<unk>`), numbered from 1."""
     model = load_trained(trained)
     convert(model, tmp_path / "ct2")
     paragraph = " ".join(corpus_sources(40)[::4])  # 10 sentences
     parts = segment(paragraph, lambda t: len(encode_text(model.src_tokenizer, t)), 1)
     assert len(parts) >= 10
-    lines = [*corpus_sources(6), paragraph, "", "Go."]
+    lines = [*corpus_sources(6), paragraph, "", "Go.", "Zyxwv, I think you should go home now."]
     text = "\n".join(lines) + "\n"
 
     # The JAX engine runs in a subprocess, out of the fixture's reach: pinned by JAX's flag.
@@ -242,7 +248,7 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
 
     def translate(*flags: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "experiments.translate", "--beam_size=1", *flags],
+            [sys.executable, "-m", "experiments.translate", "--beam_size=4", *flags],
             input=text, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 
@@ -250,19 +256,83 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
     jax_engine = translate(f"--workdir={trained}")
     assert ct2.returncode == 0 and jax_engine.returncode == 0, ct2.stderr + jax_engine.stderr
     assert ct2.stdout == jax_engine.stdout
+    notes = [line for line in ct2.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [line for line in jax_engine.stderr.splitlines() if line.startswith("note: ")]
+    assert any("'zyxwv'" in n and "read as <unk>" in n for n in notes)
+    assert any(n.startswith(f"note: sentence {len(lines)} has") for n in notes)  # from 1
+    assert any("more than the longest the model was trained on" in n for n in notes)
     outputs = ct2.stdout.split("\n")
-    assert len(outputs) == len(lines) + 1 and outputs[-3] == "" and outputs[0]
+    assert len(outputs) == len(lines) + 1 and outputs[-4] == "" and outputs[0]
     # Printed as natural text by both engines (the run's truecaser, exported beside the
     # model); --text=data prints the model's own form.
-    part_texts = translate_lines(tmp_path / "ct2", parts, beam_size=1)
+    part_texts = translate_lines(tmp_path / "ct2", parts, beam_size=4)
     truecaser = load_truecaser(tmp_path / "ct2")
     assert truecaser == model.truecaser and truecaser.forms
     assert outputs[6] == truecaser.natural(" ".join(t for t in part_texts if t), paragraph)
     data = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--text=data")
-    texts = translate_lines(tmp_path / "ct2", lines, beam_size=1)
+    texts = translate_lines(tmp_path / "ct2", lines, beam_size=4)
     assert data.stdout.split("\n")[:-1] == [t.strip() for t in texts]
     assert data.stdout != ct2.stdout
 
     refused = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--step=3")
     assert refused.returncode == 2
     assert refused.stderr.startswith("FATAL: --step apply to --engine=jax only")
+
+
+def test_beam_search_at_the_runs_alpha_equals_the_jax_engine(trained, tmp_path):
+    """Beam 4 at the run's α (0.6, recorded in export.json): the CTranslate2 engine's
+    texts equal the JAX engine's on 300 corpus sentences, long and short, token for token
+    (float32 both); and at α = 0 too. The engine before (CTranslate2's search with its length
+    penalty 0) gave 885 of 1,000 such sentences; the α must matter on this set: the JAX
+    engine's own texts at 0.6 and at 0 differ on some."""
+    model = load_trained(trained)
+    convert(model, tmp_path / "ct2")
+    decoding = json.loads((tmp_path / "ct2" / MANIFEST).read_text())["decoding"]
+    assert decoding == {key: model.settings[key] for key in DEFAULTS}
+    assert decoding["alpha"] == 0.6
+    pairs = list(read_pairs(data_config().zip_path))
+    raw = [pair.english for pair in pairs[:: len(pairs) // 300]][:300]
+    prepared = [model.prepare(s) for s in raw]
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+    ours = model.translate(prepared, beam_size=4)  # the run's alpha
+    theirs = translate_lines(tmp_path / "ct2", raw, beam_size=4, translator=translator)
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) == len(raw)
+    ours_0 = model.translate(prepared, beam_size=4, alpha=0.0)
+    theirs_0 = translate_lines(tmp_path / "ct2", raw, beam_size=4, alpha=0.0, translator=translator)
+    assert theirs_0 == ours_0
+    assert sum(a != b for a, b in zip(ours, ours_0, strict=True)) >= 10
+    assert len(set(ours)) >= 15  # not one answer for all (the tiny model knows few words)
+
+
+def test_a_line_longer_than_the_position_table_is_translated_with_a_note(trained, tmp_path):
+    """A 5,000-word line of one sentence (no sentence end to cut at) among ordinary ones:
+    the export's position table has 1,024 rows, so the CTranslate2 engine translates that line
+    in parts that fit it and says so on stderr, numbering lines from 1; the other lines come
+    out as they do alone (it refused the whole file before: FATAL, no output)."""
+    model = load_trained(trained)
+    convert(model, tmp_path / "ct2")
+    words = [w for s in corpus_sources(50) for w in s.split() if w.isalpha()]  # no "." or "!"
+    long_line = " ".join(words[i % len(words)] for i in range(5000))
+    lines = ["go .", long_line, "i lost ."]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.translate", "--engine=ctranslate2", "--text=data",
+         f"--model_dir={tmp_path / 'ct2'}", f"--input_file={tmp_path / 'in.txt'}"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = result.stdout.split("\n")[:-1]
+    alone = translate_lines(tmp_path / "ct2", [lines[0], lines[2]])
+    assert len(outputs) == 3 and [outputs[0], outputs[2]] == alone and outputs[1]
+    tokens = len(model.src_tokenizer.encode(long_line)) + 1
+    out = translate_detailed(tmp_path / "ct2", lines)
+    assert out.texts == outputs and out.cut == {1: tokens} and tokens > 5000
+    note = (
+        f"note: sentence 2 has {tokens} tokens, more than the export's position table "
+        "(1024 rows): translated in parts"
+    )
+    assert out.notes()[0].startswith(note) and out.notes(first_number=5)[0].startswith(
+        note.replace("sentence 2", "sentence 6")
+    )
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == out.notes() and not any("sentence 1 " in n for n in notes)

@@ -79,6 +79,14 @@ def program_width(longest: int, position_limit: int | None = None) -> int:
     return min(width, position_limit) if position_limit is not None else width
 
 
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of sources of `lengths`, sorted by length (stable), in batches of at most
+    `batch_size`: the batches `decode_ids` decodes (each with its longest source's output
+    budget), and the CTranslate2 engine too, so both give a source the same budget."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+
+
 def round_up(n: int, multiple: int) -> int:
     """The smallest multiple of `multiple` that is >= n."""
     return -(-n // multiple) * multiple

@@ -34,13 +34,14 @@ GrowFn = Callable[[Any, int], Any]
 NEG_INF = -jnp.inf
 
 
-def length_penalty(length: Array | int, alpha: Array | float) -> Array:
+def length_penalty(length: Array | int, alpha: Array | float, xp: Any = jnp) -> Array:
     """GNMT's length penalty lp(len) = ((5 + len) / 6)^α (Wu et al. 2016, eq. 14).
 
     A hypothesis scores log P / lp(len); α = 0 ranks by log-probability alone, larger α
-    favours longer outputs.
+    favours longer outputs. xp: the array module, `numpy` to rank on the host (the
+    CTranslate2 engine re-ranks its hypotheses with this penalty), in float32 either way.
     """
-    return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+    return ((5.0 + xp.asarray(length, xp.float32)) / 6.0) ** alpha
 
 
 def first_argmax(logits: Array) -> Array:

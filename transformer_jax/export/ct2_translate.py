@@ -2,40 +2,62 @@
 
     translate_lines("model_ct2", ["go .", "i lost ."], beam_size=4)  # -> ["va !", ...]
 
-One output per input, in order; an empty input gives "". Inputs get the run's
-preprocessing (recorded in `export.json`: the book's lowercasing and punctuation spacing
-for fra_eng), and an input of several sentences is translated in parts cut at sentence ends
-(`data.segmenting`, the run's `segment_len`), as the JAX engine does. Sources are the tokenizer's
-ids + `<eos>` (the model's `add_source_eos`), outputs are decoded by the same tokenizer.
-The output budget is fairseq's `max_len_a · S + max_len_b` tokens with S the source length
-(`<eos>` included), per sentence (or part): those with equal budgets are translated in one
-call.
-
-Search: beam size 1 is greedy search; with `length_penalty=0` (the default) beam search
-returns the most probable hypothesis, exactly as our `beam_search` with α = 0 (tested in
-tests/test_export_ctranslate2.py). CTranslate2's length penalty divides by len^α, not
-GNMT's ((5 + len) / 6)^α, so α > 0 ranks hypotheses differently from the JAX engine.
+One output per input, in order; an empty input gives "". The engine does what the JAX
+engine does, from the settings the run recorded in `export.json`: inputs get the run's
+preprocessing (the book's lowercasing and punctuation spacing for fra_eng); an input of
+several sentences is translated in parts cut at sentence ends (`data.segmenting`, the run's
+`segment_len`); inputs are sorted by length into batches with the same output budgets
+(`decoding.batch_decode`); beam search ranks by our length penalty with the run's α
+(`best_hypotheses`); and the notes on long inputs and `<unk>` words are the same
+(`Translations.notes`, `inference.notes`). Sources are the tokenizer's ids + `<eos>` (the
+model's `add_source_eos`), outputs are decoded by the same tokenizer. One difference: a
+source longer than the exported position table (`--max_positions`, 1,024 by default) is
+translated in parts that fit it, with a note, where the JAX engine runs a sinusoidal model's
+over-long sentence whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.segmenting import join_translations
 from transformer_jax.data.text_form import clean_text
 from transformer_jax.data.tokenizers import load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
-from transformer_jax.data.vocab import EOS_ID
+from transformer_jax.data.vocab import EOS, EOS_ID
+from transformer_jax.decoding.batch_decode import (
+    LENGTH_BUCKET,
+    output_budget,
+    round_up,
+    sorted_batches,
+)
 from transformer_jax.decoding.defaults import DEFAULTS
+from transformer_jax.decoding.search import length_penalty
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
+from transformer_jax.inference.notes import source_notes
 from transformer_jax.inference.settings import check_segment_len
-from transformer_jax.inference.source_ids import encode_sources
+from transformer_jax.inference.source_ids import EncodedSources, encode_sources
+
+# CTranslate2's beam search differs from ours in bookkeeping: it refills a finished
+# hypothesis's beam slot from 2W candidates (ours lets the slot go), and stops once
+# W·patience hypotheses have finished (without a length penalty, once the best has); ours
+# stops once no live hypothesis can still enter its W best. Its length penalty divides log P
+# by len^α, ours by GNMT's ((5 + len) / 6)^α: no α maps one onto the other (with α = 0.6,
+# 1,718 of 2,000 corpus sentences came out equal). So the engine asks CTranslate2 for the 2W
+# hypotheses that finish first, with their log P (a penalty of RAW_PENALTY: len^1e-30 = 1,
+# and no early stop), and ranks them by ours. Not equal by construction (the beams can hold
+# different hypotheses), but equal to the JAX engine on every sentence measured
+# (tests/test_export_ctranslate2.py; patience 1: 1,997 of 2,000).
+PATIENCE = 2
+RAW_PENALTY = 1e-30
 
 
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:
@@ -78,28 +100,73 @@ def _prepare(sentences: Sequence[str], book_style: bool) -> list[str]:
     return [preprocess_nmt(s) if book_style and s else s for s in cleaned]
 
 
-def translate_lines(
+@dataclasses.dataclass
+class Translations:
+    """texts: one translation per input. prepared: the inputs as the model reads them.
+    sources: their ids (`source_ids.EncodedSources`: parts cut at sentence ends, `long`).
+    cut: {input index: tokens of its longest row} for inputs with a row longer than the
+    export's position table (`max_positions` rows), translated in parts that fit it.
+    src_tokenizer, trained_len: the export's, for the notes."""
+
+    texts: list[str]
+    prepared: list[str]
+    sources: EncodedSources
+    cut: dict[int, int]
+    max_positions: int
+    src_tokenizer: Any
+    trained_len: int | None
+
+    def notes(self, first_number: int = 1) -> list[str]:
+        """What to tell the user on stderr: the JAX engine's notes on the same inputs
+        (`inference.notes`), and for an input cut to fit the position table, that note
+        instead of "translated whole". Sentences are numbered from `first_number`."""
+        cut = [
+            f"note: sentence {first_number + i} has {tokens} tokens"
+            f"{' in its longest sentence' if i in self.sources.parts else ''}, more than the "
+            f"export's position table ({self.max_positions} rows): translated in parts of at "
+            "most that many tokens (export with a larger --max_positions to translate it whole)."
+            for i, tokens in self.cut.items()
+        ]
+        long = {i: n for i, n in self.sources.long.items() if i not in self.cut}
+        sources = dataclasses.replace(self.sources, long=long)
+        return cut + source_notes(
+            self.prepared, sources, self.src_tokenizer, self.trained_len,
+            first_number=first_number,
+        )  # fmt: skip
+
+
+def translate_lines(model_dir: str | Path, sentences: Sequence[str], **options: Any) -> list[str]:
+    """Translations of `sentences` (one each, "" for an empty one) by a CTranslate2 export;
+    `options` as `translate_detailed`'s."""
+    return translate_detailed(model_dir, sentences, **options).texts
+
+
+def translate_detailed(
     model_dir: str | Path,
     sentences: Sequence[str],
     *,
     beam_size: int | None = None,
-    length_penalty: float = 0.0,
+    alpha: float | None = None,
     max_len_a: float | None = None,
     max_len_b: int | None = None,
+    max_decode_len: int | None = None,
     segment_len: int | None = None,
-    batch_size: int = DEFAULTS["batch_size"],
+    batch_size: int | None = None,
     compute_type: str = "default",
     intra_threads: int = 0,
     translator: Any = None,
-) -> list[str]:
-    """Translations of `sentences` (one each, "" for an empty one) by a CTranslate2 export.
+) -> Translations:
+    """`translate_lines`, with what the notes need (`notes`).
 
-    beam_size: 1 = greedy search; default the run's (`export.json`; for older exports
-      `decoding.defaults.DEFAULTS`, as for every setting an export did not record).
-    max_len_a, max_len_b: the output budget a·S + b (default: the run's, from `export.json`).
+    Every setting left None is the run's (`export.json`; for older exports
+    `decoding.defaults.DEFAULTS`, as for every setting an export did not record):
+    beam_size: 1 = greedy search. alpha: the length penalty α of our beam search (hypotheses
+      rank by log P / ((5 + len) / 6)^α, as in the JAX engine).
+    max_len_a, max_len_b, max_decode_len: the output budget, as the JAX engine's: inputs are
+      sorted by length into batches of `batch_size`, each generating at most a·W + b tokens,
+      W its longest source rounded up to 8 (`decoding.batch_decode`), or `max_decode_len`.
     segment_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
-      sentences of at most this length; default the run's (`export.json`; sentence by
-      sentence for older exports), 0 = whole.
+      sentences of at most this length; 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
     """
@@ -108,16 +175,19 @@ def translate_lines(
 
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
-    decoding = manifest.get("decoding", {})
-    recorded = {**DEFAULTS, **decoding}  # the run's settings; the defaults for older exports
-    beam_size = int(recorded["beam_size"]) if beam_size is None else beam_size
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    a = recorded["max_len_a"] if max_len_a is None else max_len_a
-    b = recorded["max_len_b"] if max_len_b is None else max_len_b
-    if segment_len is None:
-        segment_len = recorded["segment_len"]
-    check_segment_len(segment_len)
+    given = {
+        "beam_size": beam_size, "alpha": alpha, "max_len_a": max_len_a, "max_len_b": max_len_b,
+        "max_decode_len": max_decode_len, "segment_len": segment_len, "batch_size": batch_size,
+    }  # fmt: skip
+    # The run's settings (the defaults for older exports), then those given.
+    settings = {**DEFAULTS, **manifest.get("decoding", {})}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    if settings["beam_size"] < 1 or settings["batch_size"] < 1:
+        raise ValueError(
+            f"beam_size and batch_size must be >= 1, got {settings['beam_size']} and "
+            f"{settings['batch_size']}."
+        )
+    check_segment_len(settings["segment_len"])
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
@@ -127,39 +197,84 @@ def translate_lines(
 
     prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
     # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
-    encoded = encode_sources(src_tok, prepared, segment_len=segment_len, warn=False)
-    owner, rows_ids = [], []  # owner[r]: the input row r belongs to
+    encoded = encode_sources(
+        src_tok, prepared, trained_len=settings["trained_len"],
+        segment_len=settings["segment_len"], warn=False,
+    )  # fmt: skip
+    owner, rows = [], []  # owner[r]: the input row r belongs to; rows: ids ending in <eos>
+    cut: dict[int, int] = {}
     for i in range(len(prepared)):
         for row in encoded.rows(i):
-            owner.append(i)
-            rows_ids.append(row)
-    by_budget: dict[int, list[int]] = defaultdict(list)
-    sources: dict[int, list[str]] = {}
-    for r, ids in enumerate(rows_ids):  # ids end in <eos>
-        if len(ids) > limit:
-            raise ValueError(
-                f"Sentence #{owner[r]} has {len(ids)} tokens with <eos>, more than the exported "
-                f"position table ({limit} rows): export again with a larger --max_positions."
-            )
-        sources[r] = [src_tok.id_to_token(t) for t in ids[:-1]]  # the model adds <eos>
-        budget = min(limit, max(1, int(a * len(ids) + b)))
-        by_budget[budget].append(r)
+            if len(row) > limit:  # beyond the position table: in parts, and a note
+                cut[i] = max(cut.get(i, 0), len(row))
+            for part in fit_positions(row, limit):
+                owner.append(i)
+                rows.append(part)
 
-    translated = [""] * len(owner)
-    for budget, rows in sorted(by_budget.items()):
-        results = translator.translate_batch(
-            [sources[r] for r in rows],
-            max_batch_size=batch_size,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_decoding_length=budget,
-            min_decoding_length=0,  # like our search, <eos> may come first
-            max_input_length=0,  # never cut a source
-        )
-        for r, result in zip(rows, results, strict=True):
-            ids = [tgt_tok.token_to_id(t) for t in result.hypotheses[0]]
-            translated[r] = tgt_tok.decode([*ids, EOS_ID])
+    translated = [""] * len(rows)
+    for batch in sorted_batches([len(r) for r in rows], settings["batch_size"]):
+        longest = round_up(max(len(rows[r]) for r in batch), LENGTH_BUCKET)
+        budget = output_budget(
+            longest, max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"],
+            max_decode_len=settings["max_decode_len"], position_limit=limit,
+        )  # fmt: skip
+        sources = [[src_tok.id_to_token(t) for t in rows[r][:-1]] for r in batch]  # + <eos>
+        best = best_hypotheses(
+            translator, sources, beam_size=settings["beam_size"], alpha=settings["alpha"],
+            budget=budget, batch_size=settings["batch_size"],
+        )  # fmt: skip
+        for r, tokens in zip(batch, best, strict=True):
+            translated[r] = tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
     parts_out: list[list[str]] = [[] for _ in prepared]
     for r, text in enumerate(translated):
         parts_out[owner[r]].append(text)
-    return [join_translations(parts) for parts in parts_out]
+    texts = [join_translations(parts) for parts in parts_out]
+    return Translations(texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"])
+
+
+def fit_positions(row: list[int], limit: int) -> list[list[int]]:
+    """`row` (ids ending in `<eos>`) if it has at most `limit` tokens, else its tokens in
+    consecutive parts of `limit` - 1, each with its `<eos>`: CTranslate2 cannot run a source
+    longer than the exported position table (the JAX engine translates a sinusoidal model's
+    over-long sentence whole)."""
+    if len(row) <= limit:
+        return [row]
+    body, size = row[:-1], max(1, limit - 1)
+    return [[*body[k : k + size], EOS_ID] for k in range(0, len(body), size)]
+
+
+def best_hypotheses(
+    translator: Any,
+    sources: list[list[str]],
+    *,
+    beam_size: int,
+    alpha: float,
+    budget: int,
+    batch_size: int,
+) -> list[list[str]]:
+    """The best output tokens (without `<eos>`) for each source (tokens, without `<eos>`):
+    CTranslate2's greedy search, or its beam search re-ranked by our length penalty (see
+    PATIENCE), at most `budget` tokens with `<eos>`."""
+    options = dict(
+        max_batch_size=batch_size,
+        beam_size=beam_size,
+        max_decoding_length=budget,
+        min_decoding_length=0,  # like our search, <eos> may come first
+        max_input_length=0,  # never cut a source
+    )
+    if beam_size == 1:  # greedy: no penalty to apply
+        return [result.hypotheses[0] for result in translator.translate_batch(sources, **options)]
+    results = translator.translate_batch(
+        sources, **options, patience=PATIENCE, num_hypotheses=round(beam_size * PATIENCE),
+        length_penalty=RAW_PENALTY, return_scores=True, return_end_token=True,
+    )  # fmt: skip
+    best = []
+    for result in results:
+        # len counts <eos> (kept by return_end_token), as ours does; a hypothesis cut at the
+        # budget has `budget` tokens in both.
+        lengths = np.array([len(h) for h in result.hypotheses])
+        scores = np.asarray(result.scores, np.float32)  # log P: divided by len^1e-30 = 1
+        ranked = scores / length_penalty(lengths, np.float32(alpha), xp=np)
+        tokens = result.hypotheses[int(np.argmax(ranked))]  # ties: the first, as top_k
+        best.append(tokens[:-1] if tokens and tokens[-1] == EOS else tokens)
+    return best

@@ -41,6 +41,7 @@ import numpy as np
 from transformer_jax import ops
 from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
+from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.export.extras import import_extra
 from transformer_jax.export.staging import check_new, staged_dir
 from transformer_jax.export.trained_model import load_trained
@@ -330,10 +331,10 @@ def export_ctranslate2(
 
 
 def run_manifest(model: Translator) -> dict[str, Any]:
-    """What serving needs from the run: its search width, output budget, how inputs are cut
-    at sentence ends (`eval.segment_len`) and preprocessing."""
-    decoding = {k: model.settings[k] for k in ("beam_size", "max_len_a", "max_len_b")}
-    decoding["segment_len"] = model.settings["segment_len"]  # 1: sentence by sentence; 0: whole
+    """What serving needs from the run: its decoding settings (every key of
+    `decoding.defaults.DEFAULTS`: search width, length penalty α, output budget, batch size,
+    trained length, how inputs are cut at sentence ends) and preprocessing."""
+    decoding = {k: model.settings[k] for k in DEFAULTS}
     manifest = {"decoding": decoding, "book_style": model.book_style}
     if model.book_style:
         manifest["truecaser"] = f"{TOKENIZER_DIR}/{TRUECASER_FILE}"
