@@ -150,7 +150,7 @@ def decode_ids(
     num_devices = mesh.devices.size
     # Once, replicated on every device: not a host-to-device copy per batch.
     params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches = sorted_batches([len(row) for row in sources], batch_size)
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
     num_rows = _batch_rows(len(sources), batch_size, num_devices)
     budget = functools.partial(
@@ -160,8 +160,7 @@ def decode_ids(
         max_decode_len=max_decode_len,
         position_limit=limit,
     )
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for k, chunk in enumerate(batches):
         rows = [list(sources[i]) for i in chunk]
         longest = max(map(len, rows))
         width = program_width(longest, limit)
@@ -176,7 +175,7 @@ def decode_ids(
         for r, i in enumerate(chunk):
             out[i] = tokens[r]
         if progress is not None:
-            progress(start + len(chunk), len(order))
+            progress(k * batch_size + len(chunk), len(sources))
     return out
 
 
@@ -241,7 +240,7 @@ def decode_nbest(
     mesh = model_decode.local_mesh()
     num_devices = mesh.devices.size
     params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches = sorted_batches([len(row) for row in sources], batch_size)
     out: list[list[Hypothesis]] = [[] for _ in sources]
     num_rows = _batch_rows(len(sources), batch_size, num_devices)
     budget = functools.partial(
@@ -252,8 +251,7 @@ def decode_nbest(
         position_limit=limit,
     )
     forced = any(prefixes)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for k, chunk in enumerate(batches):
         rows = [list(sources[i]) for i in chunk]
         longest = max(map(len, rows))
         width = program_width(longest, limit)
@@ -303,7 +301,7 @@ def decode_nbest(
                 if np.isfinite(scores[r, n])
             ]
         if progress is not None:
-            progress(start + len(chunk), len(order))
+            progress(k * batch_size + len(chunk), len(sources))
     return out
 
 
