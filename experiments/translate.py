@@ -30,7 +30,9 @@ Decoding options: `--nbest=N` writes N lines per input instead, TSV
 log P / ((5 + len) / 6)^alpha as the search ranks them); `--temperature` > 0 samples (with
 `--top_k`, `--top_p`, `--seed`; `--nbest=N` then draws N samples); `--prefix` forces the start
 of every translation; `--workdir=runs/a,runs/b@4000` decodes with an ensemble (the mean of the
-models' log-probabilities each step).
+models' log-probabilities each step). `--engine=ctranslate2` takes the same options through
+CTranslate2's own (`export.ct2_translate.nbest_hypotheses`; its own random draws), but does not
+ensemble (one FATAL line).
 
     python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 --nbest=4 "go ."
     python -m experiments.translate --workdir=runs/fra_eng --temperature=0.8 --top_p=0.9 --seed=1
@@ -134,12 +136,23 @@ def _output() -> contextlib.AbstractContextManager[TextIO]:
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
-    from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, write_lines
-    from transformer_jax.export.ct2_translate import load_truecaser, translate_detailed
+    from transformer_jax.evaluation.translate_cli import (
+        format_lines,
+        nbest_lines,
+        read_sentences,
+        write_lines,
+    )
+    from transformer_jax.export.ct2_translate import (
+        ENSEMBLE_ERROR,
+        load_truecaser,
+        translate_detailed,
+    )
     from transformer_jax.export.extras import MissingExtraError
 
     if not FLAGS.model_dir:
         launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
+    if "," in FLAGS.model_dir or "," in (FLAGS.workdir or ""):  # several models
+        launch.fatal(f"{ENSEMBLE_ERROR}.")
     unsupported = [
         f"--{name}"
         for name in ("workdir", "step", "attention_plot")
@@ -165,13 +178,18 @@ def _main_ctranslate2(argv: list[str]) -> None:
             segment_len=FLAGS.segment_len,  # None: the run's, from export.json
             alpha=FLAGS.alpha,  # None: the run's α, ranked as the JAX engine ranks
             max_decode_len=FLAGS.max_decode_len,
+            scores=FLAGS.nbest is not None,
+            **launch.decoding_option_values(),  # --nbest, --temperature, ..., --prefix
         )
         for note in out.notes():  # the JAX engine's notes (inference.notes)
             print(note, file=sys.stderr)
         texts = out.texts
         truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
         natural = truecaser.natural if truecaser is not None else None
-        lines = format_lines(sentences, texts, FLAGS.format, natural)
+        if FLAGS.nbest is not None:
+            lines = nbest_lines(sentences, out.hypotheses, natural)
+        else:
+            lines = format_lines(sentences, texts, FLAGS.format, natural)
         write_lines(lines, FLAGS.output_file, sys.stdout)
     except (MissingExtraError, OSError, ValueError) as error:  # one FATAL line
         launch.fatal(str(error))

@@ -14,6 +14,15 @@ model's `add_source_eos`), outputs are decoded by the same tokenizer. One differ
 source longer than the exported position table (`--max_positions`, 1,024 by default) is
 translated in parts that fit it, with a note, where the JAX engine runs a sinusoidal model's
 over-long sentence whole.
+
+Decoding options (`decoding.options.DecodeOptions`) map onto CTranslate2's where it has
+them (`nbest_hypotheses`): n-best (`num_hypotheses`, `return_scores`, ranked by our length
+penalty), sampling (`sampling_temperature`, `sampling_topk`, `sampling_topp`, seeded by
+`ctranslate2.set_random_seed` and a translator opened after it; N samples by repeating the
+source N times) and a forced
+prefix (`target_prefix`). Not the same draws as the JAX engine's sampler (another random
+generator), and a sample's log P is CTranslate2's, under its sampling distribution. It does
+not ensemble: `ENSEMBLE_ERROR`.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from transformer_jax.decoding.batch_decode import (
     sorted_batches,
 )
 from transformer_jax.decoding.defaults import DEFAULTS
+from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.decoding.search import length_penalty
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
@@ -58,6 +68,8 @@ from transformer_jax.inference.source_ids import EncodedSources, encode_sources
 # (tests/test_export_ctranslate2.py; patience 1: 1,997 of 2,000).
 PATIENCE = 2
 RAW_PENALTY = 1e-30
+# What the launchers print for an ensemble asked of this engine.
+ENSEMBLE_ERROR = "the CTranslate2 engine does not ensemble; use --engine=jax"
 
 
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:
@@ -115,6 +127,8 @@ class Translations:
     max_positions: int
     src_tokenizer: Any
     trained_len: int | None
+    # Each input's n-best with scores, when asked for (scores=True or decoding options).
+    hypotheses: list[Hypotheses] | None = None
 
     def notes(self, first_number: int = 1) -> list[str]:
         """What to tell the user on stderr: the JAX engine's notes on the same inputs
@@ -155,6 +169,8 @@ def translate_detailed(
     compute_type: str = "default",
     intra_threads: int = 0,
     translator: Any = None,
+    scores: bool = False,
+    **options: Any,
 ) -> Translations:
     """`translate_lines`, with what the notes need (`notes`).
 
@@ -169,6 +185,10 @@ def translate_detailed(
       sentences of at most this length; 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
     translator: an open `ctranslate2.Translator` of `model_dir`, to reuse across calls.
+    options: `DecodeOptions` fields beyond beam_size and alpha (nbest, temperature, top_k,
+      top_p, seed, prefix: raw text, prepared as the inputs; None = the default); with any,
+      or `scores`, `Translations.hypotheses` holds each input's n-best (`nbest_hypotheses`).
+      nbest > 1 and a prefix translate every input whole (segment_len 0), as the JAX engine.
     """
     # The [export] extra's library, imported only here: the JAX engine never needs it.
     ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
@@ -188,14 +208,28 @@ def translate_detailed(
             f"{settings['batch_size']}."
         )
     check_segment_len(settings["segment_len"])
+    chosen = {k: v for k, v in options.items() if v is not None}
+    search = DecodeOptions.from_mapping(
+        {"beam_size": settings["beam_size"], "alpha": settings["alpha"], **chosen}
+    )
+    book_style = bool(manifest.get("book_style", False))
+    prefixes = _prepare(search.prefixes(len(sentences)), book_style)
+    ranked = scores or search != DecodeOptions(beam_size=search.beam_size, alpha=search.alpha)
+    if search.nbest > 1 or any(prefixes):  # n-best and prefixes belong to whole inputs
+        settings["segment_len"] = 0
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
+    if search.sampling:
+        # CTranslate2 seeds a worker thread's random generator when that thread first draws,
+        # from the seed set then: same seed, same samples only from a translator opened now.
+        ctranslate2.set_random_seed(search.seed)
+        translator = None
     translator = translator or ctranslate2.Translator(
         str(model_dir), device="cpu", compute_type=compute_type, intra_threads=intra_threads
     )
 
-    prepared = _prepare(sentences, bool(manifest.get("book_style", False)))
+    prepared = _prepare(sentences, book_style)
     # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
     encoded = encode_sources(
         src_tok, prepared, trained_len=settings["trained_len"],
@@ -212,6 +246,7 @@ def translate_detailed(
                 rows.append(part)
 
     translated = [""] * len(rows)
+    row_nbest: list[list[tuple[list[str], float, float]]] = [[] for _ in rows]
     for batch in sorted_batches([len(r) for r in rows], settings["batch_size"]):
         longest = round_up(max(len(rows[r]) for r in batch), LENGTH_BUCKET)
         budget = output_budget(
@@ -219,17 +254,123 @@ def translate_detailed(
             max_decode_len=settings["max_decode_len"], position_limit=limit,
         )  # fmt: skip
         sources = [[src_tok.id_to_token(t) for t in rows[r][:-1]] for r in batch]  # + <eos>
-        best = best_hypotheses(
-            translator, sources, beam_size=settings["beam_size"], alpha=settings["alpha"],
-            budget=budget, batch_size=settings["batch_size"],
-        )  # fmt: skip
+        if ranked:
+            targets = [
+                [tgt_tok.id_to_token(t) for t in tgt_tok.encode(prefixes[owner[r]])]
+                if prefixes[owner[r]] and (r == 0 or owner[r - 1] != owner[r])
+                else []
+                for r in batch
+            ]  # a prefix starts an input's first row only
+            found = nbest_hypotheses(
+                translator, sources, options=search, budget=budget,
+                batch_size=settings["batch_size"], prefixes=targets,
+            )  # fmt: skip
+            for r, hyps in zip(batch, found, strict=True):
+                row_nbest[r] = hyps
+            best = [hyps[0][0] if hyps else [] for hyps in found]
+        else:
+            best = best_hypotheses(
+                translator, sources, beam_size=settings["beam_size"], alpha=settings["alpha"],
+                budget=budget, batch_size=settings["batch_size"],
+            )  # fmt: skip
         for r, tokens in zip(batch, best, strict=True):
             translated[r] = tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
     parts_out: list[list[str]] = [[] for _ in prepared]
     for r, text in enumerate(translated):
         parts_out[owner[r]].append(text)
     texts = [join_translations(parts) for parts in parts_out]
-    return Translations(texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"])
+    hypotheses = None
+    if ranked:
+        decode = lambda tokens: tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
+        hypotheses = _per_input(len(prepared), owner, row_nbest, decode, search.alpha)
+    return Translations(
+        texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"], hypotheses
+    )
+
+
+def _per_input(count, owner, row_nbest, decode, alpha) -> list[Hypotheses]:
+    """Each input's `Hypotheses`: its row's n-best, or its parts' best joined (log P summed,
+    scored over the whole length); ("",) with scores 0 for an empty input."""
+    rows: list[list[list[tuple[list[str], float, float]]]] = [[] for _ in range(count)]
+    for i, hyps in zip(owner, row_nbest, strict=True):
+        rows[i].append(hyps)
+    out = []
+    for parts in rows:
+        if not parts or not parts[0]:
+            out.append(Hypotheses(("",), (0.0,), (0.0,)))
+        elif len(parts) == 1:
+            texts = tuple(decode(tokens) for tokens, _, _ in parts[0])
+            log_probs = tuple(lp for _, lp, _ in parts[0])
+            out.append(Hypotheses(texts, log_probs, tuple(sc for _, _, sc in parts[0])))
+        else:
+            best = [hyps[0] for hyps in parts]
+            log_prob = float(sum(lp for _, lp, _ in best))
+            length = sum(len(tokens) + 1 for tokens, _, _ in best)  # with each <eos>
+            score = float(log_prob / length_penalty(length, np.float32(alpha), xp=np))
+            text = join_translations([decode(tokens) for tokens, _, _ in best])
+            out.append(Hypotheses((text,), (log_prob,), (score,)))
+    return out
+
+
+def nbest_hypotheses(
+    translator: Any,
+    sources: list[list[str]],
+    *,
+    options: DecodeOptions,
+    budget: int,
+    batch_size: int,
+    prefixes: list[list[str]] | None = None,
+) -> list[list[tuple[list[str], float, float]]]:
+    """Each source's n-best as (tokens without `<eos>`, log P, log P / ((5 + len) / 6)^α),
+    best first, by CTranslate2: beam search re-ranked by our length penalty (PATIENCE), its
+    greedy search, or `options.nbest` samples (the source repeated; `sampling_temperature`,
+    `sampling_topk` (our 0 = all is its 0), `sampling_topp`; `translate_detailed` seeds them).
+    `prefixes`: forced target tokens per
+    source ([] = none; CTranslate2's `target_prefix`, kept in the output)."""
+    sampling, n = options.sampling, options.nbest
+    copies = n if sampling else 1
+    batch = [src for src in sources for _ in range(copies)]
+    target_prefix = None
+    if prefixes is not None and any(prefixes):
+        target_prefix = [p or None for p in prefixes for _ in range(copies)]
+    beam = 1 if sampling else options.beam_size
+    kwargs = dict(
+        max_batch_size=batch_size,
+        beam_size=beam,
+        max_decoding_length=budget,
+        min_decoding_length=0,  # like our search, <eos> may come first
+        max_input_length=0,  # never cut a source
+        length_penalty=RAW_PENALTY,  # scores are log P: len^1e-30 = 1
+        return_scores=True,
+        return_end_token=True,
+    )
+    if sampling:  # seeded by translate_detailed, which opens the translator after
+        kwargs.update(
+            sampling_temperature=options.temperature,
+            sampling_topk=options.top_k,
+            sampling_topp=options.top_p,
+        )
+    elif beam > 1:
+        kwargs.update(patience=PATIENCE, num_hypotheses=max(n, round(beam * PATIENCE)))
+    results = translator.translate_batch(batch, target_prefix, **kwargs)
+    alpha = np.float32(options.alpha)
+    out = []
+    for k in range(len(sources)):
+        found = [
+            (list(tokens), float(score))
+            for result in results[k * copies : (k + 1) * copies]
+            for tokens, score in zip(result.hypotheses, result.scores, strict=True)
+        ]
+        ranked = []
+        for tokens, log_prob in found:
+            # len counts <eos> (kept by return_end_token), as ours does.
+            score = float(log_prob / length_penalty(len(tokens), alpha, xp=np))
+            ranked.append(
+                (tokens[:-1] if tokens and tokens[-1] == EOS else tokens, log_prob, score)
+            )
+        ranked.sort(key=lambda h: -h[2])  # stable: ties keep CTranslate2's order
+        out.append(ranked[:n])
+    return out
 
 
 def fit_positions(row: list[int], limit: int) -> list[list[int]]:
