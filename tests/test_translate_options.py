@@ -108,3 +108,18 @@ def test_bad_options_are_one_fatal_line(workdir):
         assert out.returncode == 2, out.stderr[-2000:]
         last = out.stderr.strip().splitlines()[-1]
         assert last.startswith("FATAL:") and words in last, out.stderr[-2000:]
+
+
+def test_evaluate_scores_the_best_and_takes_ensembles(workdir):
+    from transformer_jax.evaluation.report import evaluate_workdir
+
+    def bleu(runs, **options):
+        report = evaluate_workdir(runs, num_examples=16, write=False, **options)
+        return report["bleu"], [sample["translation"] for sample in report["samples"]]
+
+    plain = bleu(str(workdir), beam_size=2)
+    assert bleu(f"{workdir},{workdir}", beam_size=2) == plain  # two copies: the model
+    # The best is scored; n-best decodes every input whole, as segment_len=0 does.
+    whole = bleu(str(workdir), beam_size=2, segment_len=0)
+    assert bleu(str(workdir), beam_size=2, nbest=2) == whole
+    assert bleu(str(workdir), temperature=1.0, seed=3) != plain
