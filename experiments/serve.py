@@ -104,6 +104,10 @@ def _engine():
     if FLAGS.engine == "ctranslate2":
         if not FLAGS.model_dir:
             launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
+        if "," in FLAGS.model_dir or "," in (FLAGS.workdir or ""):  # several models
+            from transformer_jax.export.ct2_translate import ENSEMBLE_ERROR
+
+            launch.fatal(f"{ENSEMBLE_ERROR}.")
         unsupported = [
             f"--{name}" for name in ("workdir", "step", "max_decode_len") if FLAGS[name].value
         ]
@@ -120,19 +124,22 @@ def _engine():
         return CTranslate2Engine(FLAGS.model_dir, text=FLAGS.text, **values)
     if not FLAGS.workdir:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
-    from transformer_jax.inference import Translator
+    from transformer_jax.evaluation.translate_cli import first_workdir
+    from transformer_jax.inference import load_translator
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:
-        # The run's process settings (XLA flags, allocator) before JAX starts its backend.
-        configure_process(load_config(FLAGS.workdir))
+        # The (first) run's process settings (XLA flags, allocator) before JAX starts.
+        configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
-        values = launch.decoding_flag_values()
-        translator = Translator.from_workdir(
+        # The decoding options' flags (--nbest, --temperature, ...) are request defaults too.
+        values = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
+        # --workdir=a,b@STEP: an ensemble (inference.load_translator).
+        translator = load_translator(
             FLAGS.workdir, values.pop("step"), average_last=values.pop("average_last")
         )
-    except NoCheckpointError as error:
+    except (NoCheckpointError, ValueError) as error:
         launch.fatal(str(error))
     return JaxEngine(translator, text=FLAGS.text, **values)
 

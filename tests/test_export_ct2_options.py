@@ -80,12 +80,13 @@ def test_sampling_is_seeded(engines):
     assert [h.texts[0] for h in draw(5, top_k=1)] == greedy  # top-1 sampling is greedy
 
 
-def test_an_ensemble_is_one_fatal_line(engines):
+@pytest.mark.parametrize("launcher", ["translate", "serve"])
+def test_an_ensemble_is_one_fatal_line(engines, launcher):
     path = engines[1]
     out = subprocess.run(
-        [sys.executable, "-m", "experiments.translate", "--engine=ctranslate2",
-         f"--model_dir={path},{path}", "go ."],
+        [sys.executable, "-m", f"experiments.{launcher}", "--engine=ctranslate2",
+         f"--model_dir={path},{path}", *(["go ."] if launcher == "translate" else [])],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert out.returncode == 2
+    assert out.returncode == 2, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == f"FATAL: {ENSEMBLE_ERROR}."

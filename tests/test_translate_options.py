@@ -123,3 +123,43 @@ def test_evaluate_scores_the_best_and_takes_ensembles(workdir):
     whole = bleu(str(workdir), beam_size=2, segment_len=0)
     assert bleu(str(workdir), beam_size=2, nbest=2) == whole
     assert bleu(str(workdir), temperature=1.0, seed=3) != plain
+
+
+def test_the_server_decodes_an_ensemble_with_the_option_flags_as_defaults(workdir):
+    """experiments.serve --workdir=a,a@4 --nbest=2 --beam_size=2: an ensemble of two copies
+    of the run, answering as translate_options with those options."""
+    pytest.importorskip("fastapi")
+    import http.client
+    import json
+    import re
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "experiments.serve", f"--workdir={workdir},{workdir}@4",
+         "--port=0", "--warm_up=false", "--beam_size=2", "--nbest=2", "--text=data"],
+        cwd=REPO, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        url = None
+        for line in process.stderr:
+            found = re.search(r"Serving on http://([^:/]+):(\d+)", line)
+            if found:
+                url = found.groups()
+                break
+        assert url, "the server never said where it listens"
+        connection = http.client.HTTPConnection(url[0], int(url[1]), timeout=300)
+        connection.request("POST", "/translate", json.dumps({"text": LINES[:2]}).encode())
+        answer = json.loads(connection.getresponse().read())
+        connection.close()
+        want = load_translator(f"{workdir},{workdir}@4").translate_options(
+            LINES[:2], {"beam_size": 2, "nbest": 2}
+        )
+        got = [[h["text"] for h in hyps] for hyps in answer["nbest"]]
+        assert got == [list(h.texts) for h in want], answer
+        assert answer["translations"] == [h.best for h in want]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
