@@ -133,6 +133,7 @@ def test_the_server_decodes_an_ensemble_with_the_option_flags_as_defaults(workdi
     import json
     import re
     import signal
+    import time
 
     process = subprocess.Popen(
         [sys.executable, "-m", "experiments.serve", f"--workdir={workdir},{workdir}@4",
@@ -148,13 +149,25 @@ def test_the_server_decodes_an_ensemble_with_the_option_flags_as_defaults(workdi
                 url = found.groups()
                 break
         assert url, "the server never said where it listens"
-        connection = http.client.HTTPConnection(url[0], int(url[1]), timeout=300)
-        connection.request("POST", "/translate", json.dumps({"text": LINES[:2]}).encode())
-        answer = json.loads(connection.getresponse().read())
-        connection.close()
+
+        def ask(method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+            connection = http.client.HTTPConnection(url[0], int(url[1]), timeout=300)
+            try:
+                connection.request(method, path, body)
+                response = connection.getresponse()
+                return response.status, json.loads(response.read())
+            finally:
+                connection.close()
+
+        deadline = time.monotonic() + 300
+        while ask("GET", "/health")[0] != 200:  # 503 while the model loads
+            assert time.monotonic() < deadline, "/health never answered 200"
+            time.sleep(0.1)
+        _, answer = ask("POST", "/translate", json.dumps({"text": LINES[:2]}).encode())
         want = load_translator(f"{workdir},{workdir}@4").translate_options(
             LINES[:2], {"beam_size": 2, "nbest": 2}
         )
+        assert "nbest" in answer, answer
         got = [[h["text"] for h in hyps] for hyps in answer["nbest"]]
         assert got == [list(h.texts) for h in want], answer
         assert answer["translations"] == [h.best for h in want]
