@@ -185,7 +185,8 @@ def extend_rows(
     tokens = jnp.full((batch_size, max_len), pad_id, jnp.int32)  # (B, L)
     last = jnp.full((batch_size,), bos_id, jnp.int32)  # (B,)
     finished = jnp.zeros((batch_size,), bool)  # (B,)
-    log_prob = jnp.zeros((batch_size,), jnp.float32)  # (B,)
+    # None (no carry at all) unless scored: greedy_search's loop stays as it was.
+    log_prob = jnp.zeros((batch_size,), jnp.float32) if scored else None  # (B,)
 
     def cond(carry):
         i, _, _, finished, _, _ = carry
@@ -210,7 +211,7 @@ def extend_rows(
 
     carry = (jnp.array(0, jnp.int32), last, tokens, finished, log_prob, state)
     carry = _segmented_loop(cond, body, carry, max_len, grow)
-    return carry[2], carry[4]
+    return carry[2], carry[4] if scored else jnp.zeros((batch_size,), jnp.float32)
 
 
 def hypothesis_lengths(tokens: Array, limit: Array | int, eos_id: int = EOS_ID) -> Array:
