@@ -214,7 +214,9 @@ class Translator:
         one beyond the table is a `SourceTooLongError`. An empty sentence gets a
         warning and the translation "". Each batch generates at most `max_decode_len` tokens
         if given, else `max_len_a · W + max_len_b`, W its source width (the longest
-        source rounded up to 8).
+        source rounded up to 8). The `DecodeOptions` fields are keywords too (temperature,
+        top_k, top_p, seed: sampling; prefix: a forced start; nbest): the best text of each;
+        `translate_options` returns the n-best with scores.
         """
         return self.translate_detailed(sentences, **settings).texts
 
