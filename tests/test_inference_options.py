@@ -102,3 +102,11 @@ def test_ensemble_members_must_share_vocabularies(translator):
         check_vocabularies(
             [translator, dataclasses.replace(translator, src_tokenizer=other)], ["a", "b"]
         )
+
+
+def test_sampling_after_a_prefix_and_nbest_samples_keep_it(translator):
+    out = translator.translate_options(
+        LINES[:2], {"temperature": 1.5, "nbest": 3, "seed": 4, "prefix": "w20 w21"}
+    )
+    assert all(text.startswith("w20 w21") for h in out for text in h.texts)
+    assert any(len(set(h.texts)) > 1 for h in out)
