@@ -118,7 +118,8 @@ def _engine():
                 f"{', '.join(unsupported)} apply to --engine=jax only; a CTranslate2 export "
                 "holds one set of weights (export an averaged or earlier checkpoint instead)."
             )
-        values = launch.decoding_flag_values()
+        # The decoding options' flags (--nbest, --temperature, ...) are request defaults too.
+        values = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         for name in ("step", "average_last", "max_decode_len"):  # refused above
             values.pop(name)
         return CTranslate2Engine(FLAGS.model_dir, text=FLAGS.text, **values)

@@ -66,6 +66,26 @@ def test_sampling_is_seeded_and_samples_differ(translator):
     np.testing.assert_allclose(alone.log_probs, first[0].log_probs, rtol=1e-5)
 
 
+def test_a_sentences_samples_follow_its_own_id_not_its_neighbours(translator):
+    """Draws are keyed by (the sentence's id, its part): not shifted when an earlier input is
+    cut into parts, and a caller (a server merging requests) can give each sentence its id."""
+    marks = WordTokenizer([*SPECIAL_TOKENS, *(f"w{i}" for i in range(29)), "."])
+    cut = dataclasses.replace(translator, src_tokenizer=marks, tgt_tokenizer=marks)
+    options = DecodeOptions(temperature=2.0, seed=7)
+    lines = ["w1 w2 . w3 w4 .", "w5 w6 w7", "w8 w9"]
+    assert 0 in cut.translate_detailed(lines, temperature=2.0).sources.parts  # 2 parts
+    both = cut.translate_options(lines, options)
+    alone = cut.translate_options(["w5 w6 w7"], options, sample_ids=[1])
+    assert alone[0].texts == both[1].texts
+    np.testing.assert_allclose(alone[0].log_probs, both[1].log_probs, rtol=1e-5)
+    swapped = cut.translate_options(lines[::-1], options, sample_ids=[2, 1, 0])
+    assert [h.texts for h in swapped[::-1]] == [h.texts for h in both]
+    others = cut.translate_options(lines, options, sample_ids=[10, 11, 12])
+    assert [h.texts for h in others] != [h.texts for h in both]  # the id is what keys them
+    with pytest.raises(ValueError, match="2 sample_ids for 3 sentences"):
+        cut.translate_options(lines, options, sample_ids=[0, 1])
+
+
 def test_prefix_is_forced_then_the_search_continues(translator):
     free = translator.translate(LINES)
     out = translator.translate(LINES[:2], prefix="w20 w21")

@@ -16,13 +16,15 @@ class Recorder:
 
     def __init__(self, hold_first: bool = False):
         self.calls: list[tuple[list[str], object]] = []
+        self.line_ids: list[list[int]] = []
         self.release = threading.Event()
         self.entered = threading.Event()
         if not hold_first:
             self.release.set()
 
-    def __call__(self, lines, options):
+    def __call__(self, lines, options, *, line_ids):
         self.calls.append((list(lines), options))
+        self.line_ids.append(list(line_ids))
         self.entered.set()
         self.release.wait(30)
         if any("bad" in line for line in lines):
@@ -48,6 +50,8 @@ def test_requests_queued_while_a_batch_decodes_are_merged_in_order():
         [s for i in range(5) for s in (f"x{i}", f"y{i}")],
     ]
     assert (batcher.calls, batcher.sentences) == (2, 11)
+    # Each line's index within its own request (what sampling keys are drawn from).
+    assert engine.line_ids == [[0], [0, 1] * 5]
     batcher.close(timeout=30)
 
 

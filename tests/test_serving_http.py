@@ -70,7 +70,7 @@ class FakeEngine:
     def options(self, given):
         return decode_options({"beam_size": 2}, given)
 
-    def translate(self, lines, options):
+    def translate(self, lines, options, line_ids=None):
         self.calls.append(list(lines))
         if any("explode" in line for line in lines):
             raise RuntimeError("the engine exploded")
@@ -272,6 +272,45 @@ def test_nbest_sampling_and_prefix_over_http_match_translate_options(translator)
         server.stop()
 
 
+def _concurrently(url, bodies):
+    """The (status, answer) of each body POSTed to /translate at once, in order."""
+    answers = [None] * len(bodies)
+
+    def client(i):
+        answers[i] = request(url, "POST", "/translate", bodies[i])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return answers
+
+
+def test_merged_sampling_requests_each_sample_as_alone(translator):
+    """A request's samples depend on its seed, text and options only: the batcher merges
+    concurrent requests (a long window) and each line is keyed by its index in its own
+    request, not its row in the merged batch."""
+    engine = JaxEngine(translator, text="data")
+    app = create_app(engine, limits=Limits(), window_s=0.5, max_sentences=16, warm_up=False)
+    server = start_in_thread(app)
+    try:
+        wait_healthy(server.url)
+        options = {"temperature": 2.0, "seed": 5, "nbest": 2}
+        requests = [["go .", "i lost ."], ["he is calm !"], ["go home .", "go ."]]
+        answers = _concurrently(server.url, [{"text": lines, **options} for lines in requests])
+        health = request(server.url, "GET", "/health")[1]
+        assert health["batches"] < len(requests)  # merged (a 0.5 s window)
+        for lines, (status, answer) in zip(requests, answers, strict=True):
+            direct = translator.translate_options(lines, options)
+            assert status == 200 and answer["translations"] == [h.texts[0] for h in direct]
+            assert [[h["text"] for h in n] for n in answer["nbest"]] == [
+                list(h.texts) for h in direct
+            ]
+    finally:
+        server.stop()
+
+
 def test_the_engine_options_start_from_the_servers_defaults(translator):
     engine = JaxEngine(translator, beam_size=3, alpha=0.2, max_decode_len=6)
     assert engine.default_options == DecodeOptions(beam_size=3, alpha=0.2)
@@ -329,7 +368,11 @@ def workdir(tmp_path_factory):
 def test_the_ctranslate2_engine_over_http_matches_translate_lines(workdir, tmp_path):
     pytest.importorskip("ctranslate2")
     from transformer_jax.export import convert, load_trained
-    from transformer_jax.export.ct2_translate import load_truecaser, translate_lines
+    from transformer_jax.export.ct2_translate import (
+        load_truecaser,
+        translate_detailed,
+        translate_lines,
+    )
     from transformer_jax.serving.engines import CTranslate2Engine
 
     convert(load_trained(workdir), tmp_path / "ct2")
@@ -344,8 +387,26 @@ def test_the_ctranslate2_engine_over_http_matches_translate_lines(workdir, tmp_p
         assert status == 200 and answer == {
             "translations": [natural(t, s) for t, s in zip(texts, lines, strict=True)]
         }
-        status, answer = request(server.url, "POST", "/translate", {"text": "Go.", "nbest": 2})
-        assert status == 400 and "beam_size and alpha only" in answer["error"]
+        # The options, as ct2_translate maps them.
+        for options in (
+            {"nbest": 2},
+            {"prefix": "je"},
+            {"temperature": 1.0, "top_k": 5, "seed": 3, "nbest": 2},
+        ):
+            status, answer = request(server.url, "POST", "/translate", {"text": lines, **options})
+            direct = translate_detailed(tmp_path / "ct2", lines, beam_size=2, **options)
+            want = [natural(h.texts[0], s) for h, s in zip(direct.hypotheses, lines, strict=True)]
+            assert status == 200 and answer["translations"] == want, (options, answer)
+            if options.get("nbest", 1) > 1:
+                assert [[h["score"] for h in n] for n in answer["nbest"]] == [
+                    list(h.scores) for h in direct.hypotheses
+                ]
+        # Sampling requests are decoded in calls of their own: each samples as it does alone.
+        sampling = {"temperature": 1.5, "seed": 4}
+        answers = _concurrently(server.url, [{"text": line, **sampling} for line in lines])
+        for line, (status, answer) in zip(lines, answers, strict=True):
+            alone = translate_detailed(tmp_path / "ct2", [line], beam_size=2, **sampling)
+            assert (status, answer["translations"]) == (200, [natural(alone.texts[0], line)])
     finally:
         server.stop()
 

@@ -214,13 +214,16 @@ def decode_nbest(
     max_len_b: int,
     batch_size: int,
     progress: Callable[[int, int], None] | None = None,
+    sample_ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray | None = None,
 ) -> list[list[Hypothesis]]:
     """`decode_ids` with every `DecodeOptions`: the n-best of each source, best first.
 
     options: search (beam_size, alpha) or sampling (temperature > 0, top_k, top_p, seed:
-      source i's samples depend on the seed and i only, not on its batch), and nbest.
+      source i's samples depend on the seed and sample_ids[i] only, not on its batch), nbest.
     prefixes: forced first target ids per source (no `<eos>`; [] = none). Without a fixed
       `max_decode_len`, the output budget is at least the prefix and `max_len_b` more tokens.
+    sample_ids: each source's random identity when sampling: (num_sources,) or
+      (num_sources, K) whole numbers >= 0 (`sampling.row_keys`); default its index.
     Returns nbest hypotheses per source (fewer when beam search finishes fewer).
     """
     options.validate()
@@ -251,6 +254,7 @@ def decode_nbest(
         position_limit=limit,
     )
     forced = any(prefixes)
+    ids = _sample_ids(sample_ids, len(sources))  # (num_sources, K)
     for k, chunk in enumerate(batches):
         rows = [list(sources[i]) for i in chunk]
         longest = max(map(len, rows))
@@ -267,8 +271,8 @@ def decode_nbest(
             prefix = np.zeros((num_rows, round_up(max(1, longest_prefix), LENGTH_BUCKET)), np.int32)
             for r, i in enumerate(chunk):
                 prefix[r, : len(prefixes[i])] = prefixes[i]
-        row_ids = np.zeros((num_rows,), np.int32)
-        row_ids[: len(chunk)] = chunk  # a source's samples follow its index (sampling.row_keys)
+        row_ids = np.zeros((num_rows, ids.shape[1]), np.int32)
+        row_ids[: len(chunk)] = ids[chunk]  # a source's samples follow its id (sampling.row_keys)
         decode = model_decode.sharded_nbest_decoder(
             cfg,
             beam_size=options.beam_size,
@@ -303,6 +307,20 @@ def decode_nbest(
         if progress is not None:
             progress(k * batch_size + len(chunk), len(sources))
     return out
+
+
+def _sample_ids(given: Any, count: int) -> np.ndarray:
+    """`decode_nbest`'s sample_ids as a (count, K) int32 array (default: each index)."""
+    if given is None:
+        return np.arange(count, dtype=np.int32)[:, None]
+    ids = np.asarray(given, dtype=np.int64)
+    ids = ids[:, None] if ids.ndim == 1 else ids
+    if ids.ndim != 2 or len(ids) != count or (ids.size and not 0 <= ids.min() <= ids.max() < 2**31):
+        raise ValueError(
+            f"sample_ids must hold one whole number >= 0 (or one row of them) per source, "
+            f"below 2**31; got shape {np.shape(given)} for {count} sources."
+        )
+    return ids.astype(np.int32)
 
 
 def _hypothesis_ids(row: np.ndarray) -> list[int]:

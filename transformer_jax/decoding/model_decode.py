@@ -220,9 +220,10 @@ def nbest_decode(
     """src (B, S), src_len (B,) -> the N = `nbest` best hypotheses with their scores.
 
     Beam search (beam_size > 1) keeps its W best (N <= W); greedy search (beam_size 1, not
-    sampling) has one; sampling draws N independent samples per sentence (row b·N + j has
-    id row_ids[b]·N + j, default b: `sampling.row_keys`), sorted by score. `limit`, `prefix`
-    as in `greedy_decode`. `config`/`params` may be tuples: an ensemble.
+    sampling) has one; sampling draws N independent samples per sentence (sample j of row b has
+    id (row_ids[b]..., j); row_ids (B,) or (B, K), default b: `sampling.row_keys`), sorted by
+    score. `limit`, `prefix` as in `greedy_decode`. `config`/`params` may be tuples: an
+    ensemble.
     """
     _check_members(config, params, max_decode_len)
     b = src.shape[0]
@@ -236,9 +237,9 @@ def nbest_decode(
         tiled_prefix = None if prefix is None else search.tile_beams(prefix, rows)
         if sampling:
             ids = jnp.arange(b, dtype=jnp.int32) if row_ids is None else row_ids
-            ids = (search.tile_beams(ids, rows) * rows + jnp.tile(jnp.arange(rows), b)).astype(
-                jnp.int32
-            )
+            ids = search.tile_beams(jnp.reshape(ids, (b, -1)), rows)  # (B·N, K)
+            copy = jnp.tile(jnp.arange(rows, dtype=jnp.int32), b)[:, None]  # (B·N, 1): j
+            ids = jnp.concatenate([ids.astype(jnp.int32), copy], axis=1)
             tokens, log_probs = sampling_lib.sample_search(
                 step,
                 state,
@@ -365,9 +366,9 @@ def sharded_nbest_decoder(
     mesh: Mesh | None = None,
 ):
     """`sharded_decoder` for `nbest_decode`: a jitted fn(params, src (B, S), src_len (B,),
-    limit, alpha, temperature, top_k, top_p, seed, row_ids (B,), prefix (B, P) or None) ->
-    `NBest`, the batch split over devices. Every number is traced (one program for all their
-    values); `forced` says whether a prefix is given (a program with the forcing)."""
+    limit, alpha, temperature, top_k, top_p, seed, row_ids (B,) or (B, K), prefix (B, P) or
+    None) -> `NBest`, the batch split over devices. Every number is traced (one program for
+    all their values); `forced` says whether a prefix is given (a program with the forcing)."""
     mesh = mesh or local_mesh()
     data, shared = PartitionSpec(DATA_AXIS), PartitionSpec()
 

@@ -5,9 +5,12 @@ cut by top-k and top-p (nucleus) filters (Holtzman et al. 2020), as pure functio
                                       temperature=0.8, top_k=0, top_p=0.9)
 
 Every setting is traced (one compiled program serves every temperature, k, p and seed).
-Randomness is per row and step: row r's key at step i is
-`fold_in(fold_in(key(seed), row_ids[r]), i)`, so a row's draws depend on the seed and its id,
-not on the batch it was decoded in nor on how many devices shared the batch.
+Randomness is per row and step: a row's id is one or more whole numbers (row_ids (N,) or
+(N, K), e.g. the sentence's own index, its part and its sample), each folded into
+`key(seed)` in turn, and then the step: row r's key at step i is
+`fold_in(fold_in(fold_in(key(seed), row_ids[r, 0]), row_ids[r, 1]), ..., i)`. A row's draws
+depend on the seed and its id only, not on the batch it was decoded in, its neighbours, nor
+on how many devices shared the batch.
 """
 
 from __future__ import annotations
@@ -60,10 +63,17 @@ def filter_logits(
 
 
 def row_keys(seed: Array | int, row_ids: Array, step: Array | int) -> Array:
-    """(N,) keys of step `step` for rows `row_ids` (module docstring)."""
+    """(N,) keys of step `step` for rows `row_ids` (N,) or (N, K) (module docstring)."""
     base = jax.random.key(jnp.asarray(seed, jnp.uint32))
-    fold = lambda row: jax.random.fold_in(jax.random.fold_in(base, row), step)
-    return jax.vmap(fold)(row_ids)
+    ids = jnp.reshape(row_ids, (row_ids.shape[0], -1))  # (N, K)
+
+    def fold(row: Array) -> Array:  # (K,) -> one key
+        key = base
+        for k in range(ids.shape[1]):
+            key = jax.random.fold_in(key, row[k])
+        return jax.random.fold_in(key, step)
+
+    return jax.vmap(fold)(ids)
 
 
 def sample_tokens(
@@ -98,7 +108,7 @@ def sample_search(
 ) -> tuple[Array, Array]:
     """Ancestral sampling: feed `<bos>`, then a token drawn each step, until `<eos>`.
 
-    Args as `search.greedy_search`'s, and seed, row_ids (B,) int32 (module docstring),
+    Args as `search.greedy_search`'s, and seed, row_ids (B,) or (B, K) int32 (module docstring),
     temperature > 0, top_k (0 = all), top_p (1 = all). Returns (tokens (B, L), log P (B,)
     of each row under the model's own distribution, not the filtered one).
     """

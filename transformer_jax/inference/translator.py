@@ -227,6 +227,7 @@ class Translator:
         warn: bool = True,
         progress: Callable[[int, int], None] | None = None,
         scores: bool = False,
+        sample_ids: Sequence[int] | None = None,
         **settings: Any,
     ) -> Translations:
         """`translate`, also returning the ids, the encoded sources and the token count.
@@ -237,6 +238,9 @@ class Translator:
         `settings` may hold `DecodeOptions` fields (nbest, temperature, top_k, top_p, seed,
         prefix); with any of them, or `scores`, `Translations.hypotheses` holds each
         sentence's n-best with scores (`translate_options`), and the texts are the best.
+        sample_ids: when sampling, each sentence's random identity (default: its index), so
+        that its samples depend on the seed, this id and its text only; e.g. a server that
+        merges requests passes each sentence's index within its own request.
         """
         options = {**self.settings, **{k: v for k, v in settings.items() if v is not None}}
         options = decode_settings(None, **options)  # rejects an unknown keyword
@@ -263,6 +267,11 @@ class Translator:
         nbest: list[list[Hypothesis]] | None = None
         if scores or search != DecodeOptions(beam_size=search.beam_size, alpha=search.alpha):
             prefix_ids = [self.tgt_tokenizer.encode(p) if p else [] for p in prefixes]
+            # A row's random identity: its sentence's id and which part of it (0: whole).
+            ids = range(len(sentences)) if sample_ids is None else list(sample_ids)
+            if len(ids) != len(sentences):
+                raise ValueError(f"{len(ids)} sample_ids for {len(sentences)} sentences.")
+            parts = [p for i in range(len(sentences)) for p in range(len(encoded.rows(i)))]
             nbest = decode_nbest(
                 config,
                 params,
@@ -274,6 +283,7 @@ class Translator:
                 max_len_b=options["max_len_b"],
                 batch_size=options["batch_size"],
                 progress=progress,
+                sample_ids=[(ids[i], p) for i, p in zip(owners, parts, strict=True)],
             )
             decoded = [np.asarray(h[0].ids if h else [EOS_ID], np.int32) for h in nbest]
         else:
@@ -304,6 +314,7 @@ class Translator:
         *,
         warn: bool = True,
         progress: Callable[[int, int], None] | None = None,
+        sample_ids: Sequence[int] | None = None,
         **settings: Any,
     ) -> list[Hypotheses]:
         """Each sentence's n-best with log-probabilities and scores, in the input order.
@@ -314,6 +325,7 @@ class Translator:
           prefix every input is decoded whole (segment_len 0); otherwise a cut input's
           hypothesis joins its parts' best (log-probabilities summed, the score over the
           whole length). An empty sentence gets `Hypotheses(("",), (0.0,), (0.0,))`.
+          sample_ids: as `translate_detailed`'s (default: each sentence's index).
         """
         if not isinstance(options, DecodeOptions):
             base = {"beam_size": self.settings["beam_size"], "alpha": self.settings["alpha"]}
@@ -321,7 +333,13 @@ class Translator:
         options.validate()
         fields = dataclasses.asdict(options)
         out = self.translate_detailed(
-            sentences, warn=warn, progress=progress, scores=True, **settings, **fields
+            sentences,
+            warn=warn,
+            progress=progress,
+            scores=True,
+            sample_ids=sample_ids,
+            **settings,
+            **fields,
         )
         return out.hypotheses
 

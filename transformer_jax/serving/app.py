@@ -62,8 +62,8 @@ def create_app(
     on_failure: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """The app over `engine` (`engines.JaxEngine`, `engines.CTranslate2Engine`, or any
-    object with their `options(given)`, `translate(lines, options)`, `warm_up(n)` and
-    `describe()`).
+    object with their `options(given)`, `translate(lines, options, line_ids=...)`,
+    `warm_up(n)`, `describe()` and optionally `per_line_samples`).
 
     At startup a thread warms the engine up (`warm_up=False`: not) and starts the batcher
     (`window_s`, `max_sentences`); until then /health answers 503 and /translate 503. If the
@@ -123,8 +123,11 @@ def create_app(
             options = engine.options(given)
         except RequestError as error:
             return _error(error.status, error.reason)
-        # A prefix per sentence belongs to this request's lines: never merged with others.
-        mergeable = not isinstance(options.prefix, tuple)
+        # A prefix per sentence belongs to this request's lines: never merged with others;
+        # nor samples, where the engine cannot key them per line (engines.py, "Sampling").
+        mergeable = not isinstance(options.prefix, tuple) and (
+            not options.sampling or getattr(engine, "per_line_samples", False)
+        )
         try:
             future = state.batcher.submit(lines, options, mergeable=mergeable)
             results = await asyncio.wrap_future(future)

@@ -5,6 +5,10 @@
     future.result()                                           # one result per sentence, in order
     batcher.close()
 
+`translate(lines, options, line_ids=...)` gets, beside the merged lines, each line's index
+within its own request: what a line's random draws are keyed by when sampling, so that a
+request's samples do not depend on the requests it was merged with.
+
 One worker thread owns the engine, so the model is only ever called from one thread. It
 waits for a request, then keeps taking requests until `window_s` has passed since that first
 one or `max_sentences` sentences are waiting; requests with equal options (a hashable value,
@@ -30,8 +34,9 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-# engine.translate(lines, options) -> one result per line, in order.
-TranslateFn = Callable[[list[str], Any], Sequence[Any]]
+# engine.translate(lines, options, line_ids=[index of each line in its request]) -> one
+# result per line, in order.
+TranslateFn = Callable[..., Sequence[Any]]
 
 
 @dataclasses.dataclass
@@ -118,10 +123,11 @@ class Batcher:
         a merged call fails, each request is decoded alone, so that only a request that fails
         on its own gets the error."""
         lines = [line for request in group for line in request.lines]
+        line_ids = [i for request in group for i in range(len(request.lines))]
         self.calls += 1
         self.sentences += len(lines)
         try:
-            results = list(self._translate(lines, group[0].options))
+            results = list(self._translate(lines, group[0].options, line_ids=line_ids))
             if len(results) != len(lines):
                 raise RuntimeError(f"the engine returned {len(results)} results for {len(lines)}.")
         except Exception as error:  # answered to these requests; the worker lives on

@@ -6,12 +6,19 @@
     # -> [[{"text": "Va !", "score": -0.4, "log_prob": -0.5}, {...}], [...]]
     engine.warm_up(max_sentences=64)                # compile what a batch of <= 64 will use
 
-`translate(lines, options)` takes raw text, as `experiments.translate` does: prepared as the
-run's data (`Translator.prepare`) and returned as text to read (`text="natural"`) or as the
-model wrote it (`"data"`): per line its hypotheses, best first (`options.nbest` of them),
-each `{"text", "score", "log_prob"}` (`decoding.options.Hypotheses`; `{"text"}` alone for
-plain search, which takes `decode_ids`' faster path without scores). `options(given)` puts a
-request's options over the engine's defaults (the server's decoding flags, else the run's).
+`translate(lines, options, line_ids=None)` takes raw text, as `experiments.translate` does:
+prepared as the run's data (`Translator.prepare`; a prefix too) and returned as text to read
+(`text="natural"`) or as the model wrote it (`"data"`): per line its hypotheses, best first
+(`options.nbest` of them), each `{"text", "score", "log_prob"}` (`decoding.options.Hypotheses`;
+`{"text"}` alone for plain search, which takes `decode_ids`' faster path without scores).
+`options(given)` puts a request's options over the engine's defaults (the server's decoding
+flags, else the run's). Both engines take every option (n-best, sampling, prefix).
+
+Sampling: `line_ids` (each line's index within its own request, from the batcher) key a
+line's draws in the JAX engine (`per_line_samples`), so a request merged with others samples
+as it would alone. CTranslate2 draws from one generator per worker thread, seeded per call:
+its samples depend on the whole call, so the server decodes such requests in calls of their
+own (`per_line_samples = False`).
 
 Warm-up: each padded batch shape is one XLA program, compiled on first use (seconds on a
 CPU, `decoding.batch_decode`), so a server compiles before it answers `/health` with 200:
@@ -29,12 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
-from transformer_jax.decoding.options import DecodeOptions
+from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
-from transformer_jax.export.ct2_translate import load_truecaser, read_manifest, translate_lines
+from transformer_jax.export.ct2_translate import (
+    load_truecaser,
+    read_manifest,
+    translate_detailed,
+)
 from transformer_jax.export.extras import import_extra
 from transformer_jax.inference import Translator, encode_sources
-from transformer_jax.serving.requests import RequestError, decode_options
+from transformer_jax.serving.requests import decode_options
 
 Hypothesis = dict[str, Any]  # {"text": str, "score": float, "log_prob": float}
 _PLAIN = DecodeOptions()  # the option values that ask for nothing beyond beam_size and alpha
@@ -44,6 +55,7 @@ class JaxEngine:
     """A `Translator` (JAX) behind the server: its settings are the defaults of a request."""
 
     name = "jax"
+    per_line_samples = True  # a line's samples depend on its seed, line_id and text only
 
     def __init__(self, translator: Translator, *, text: str = "natural", **defaults: Any):
         """`defaults`: decoding settings that replace the run's (None: the run's), e.g. the
@@ -65,7 +77,12 @@ class JaxEngine:
         options = dataclasses.asdict(self.default_options)
         return {"engine": self.name, "step": self.translator.step, "defaults": options}
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[list[Hypothesis]]:
+    def translate(
+        self,
+        lines: Sequence[str],
+        options: DecodeOptions,
+        line_ids: Sequence[int] | None = None,
+    ) -> list[list[Hypothesis]]:
         translator = self.translator
         prepared = [translator.prepare(line) for line in lines]
         natural = translator.natural if self.text == "natural" else None
@@ -76,20 +93,10 @@ class JaxEngine:
             for k, v in dataclasses.asdict(options).items()
             if k in ("beam_size", "alpha") or v != getattr(_PLAIN, k)
         }
-        out = translator.translate_detailed(prepared, warn=False, **chosen)
-        if out.hypotheses is None:
-            return [[{"text": t}] for t in format_lines(lines, out.texts, "plain", natural)]
-        results: list[list[Hypothesis]] = [[] for _ in lines]
-        for rank in range(max(len(h.texts) for h in out.hypotheses)):
-            rows = [i for i, h in enumerate(out.hypotheses) if rank < len(h.texts)]
-            texts = [out.hypotheses[i].texts[rank] for i in rows]
-            formatted = format_lines([lines[i] for i in rows], texts, "plain", natural)
-            for i, text in zip(rows, formatted, strict=True):
-                h = out.hypotheses[i]
-                results[i].append(
-                    {"text": text, "score": h.scores[rank], "log_prob": h.log_probs[rank]}
-                )
-        return results
+        if "prefix" in chosen:  # prepared as the lines are (translate's --prefix too)
+            chosen["prefix"] = _map_prefix(options.prefix, translator.prepare)
+        out = translator.translate_detailed(prepared, warn=False, sample_ids=line_ids, **chosen)
+        return _results(lines, out.texts, out.hypotheses, natural)
 
     def warm_up(self, max_sentences: int) -> int:
         """Compiles the programs of batches of up to `max_sentences` lines with the default
@@ -134,10 +141,11 @@ class JaxEngine:
 
 class CTranslate2Engine:
     """A CTranslate2 export (`experiments.export --format=ctranslate2`) behind the server:
-    no JAX, no compilation. Decodes with beam_size and alpha (defaults: the run's, from the
-    export's `export.json`); the best hypothesis only."""
+    no JAX, no compilation. Defaults: the run's settings, from the export's `export.json`;
+    every option as `export.ct2_translate` maps it (n-best, sampling, prefix)."""
 
     name = "ctranslate2"
+    per_line_samples = False  # one generator per call (module docstring)
 
     def __init__(
         self, model_dir: str | Path, *, text: str = "natural", intra_threads: int = 0, **defaults
@@ -148,8 +156,12 @@ class CTranslate2Engine:
         self.model_dir = Path(model_dir)
         manifest = read_manifest(model_dir)
         recorded = {k: v for k, v in manifest.get("decoding", {}).items() if v is not None}
-        self._settings = {k: v for k, v in defaults.items() if v is not None}
-        self.default_options = decode_options({**recorded, **self._settings}, {})
+        given = {k: v for k, v in defaults.items() if v is not None}
+        self.default_options = decode_options({**recorded, **given}, {})
+        # The other settings (max_len_a, segment_len, ...) for every call; the options'
+        # values come with each request's `DecodeOptions`.
+        names = DecodeOptions.field_names()
+        self._settings = {k: v for k, v in given.items() if k not in names}
         self._translator = ctranslate2.Translator(
             str(model_dir), device="cpu", intra_threads=intra_threads
         )
@@ -157,24 +169,66 @@ class CTranslate2Engine:
         self._natural = truecaser.natural if truecaser is not None else None
 
     def options(self, given: dict[str, Any]) -> DecodeOptions:
-        options = decode_options(dataclasses.asdict(self.default_options), given)
-        if options != DecodeOptions(beam_size=options.beam_size, alpha=options.alpha):
-            raise RequestError(400, "the ctranslate2 engine takes beam_size and alpha only.")
-        return options
+        """A request's options over this engine's defaults; RequestError(400) if invalid."""
+        return decode_options(dataclasses.asdict(self.default_options), given)
 
     def describe(self) -> dict[str, Any]:
         options = dataclasses.asdict(self.default_options)
         return {"engine": self.name, "model_dir": str(self.model_dir), "defaults": options}
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[list[Hypothesis]]:
+    def translate(
+        self,
+        lines: Sequence[str],
+        options: DecodeOptions,
+        line_ids: Sequence[int] | None = None,
+    ) -> list[list[Hypothesis]]:
+        del line_ids  # samples are drawn per call here (the server does not merge them)
         settings = {**self._settings, "beam_size": options.beam_size, "alpha": options.alpha}
-        texts = translate_lines(self.model_dir, lines, translator=self._translator, **settings)
-        return [[{"text": t}] for t in format_lines(lines, texts, "plain", self._natural)]
+        # As the JAX engine: only the options beyond plain search ask for scores.
+        chosen = {
+            k: v
+            for k, v in dataclasses.asdict(options).items()
+            if k not in ("beam_size", "alpha") and v != getattr(_PLAIN, k)
+        }
+        out = translate_detailed(
+            self.model_dir, lines, translator=self._translator, **settings, **chosen
+        )
+        return _results(lines, out.texts, out.hypotheses, self._natural)
 
     def warm_up(self, max_sentences: int) -> int:
         del max_sentences  # nothing to compile: one call loads what the first one would
         self.translate(["go ."], self.default_options)
         return 1
+
+
+def _results(
+    lines: Sequence[str],
+    texts: Sequence[str],
+    hypotheses: Sequence[Hypotheses] | None,
+    natural: Any,
+) -> list[list[Hypothesis]]:
+    """Per line its hypotheses as the server answers them: `{"text"}` for the best text of
+    plain search (`hypotheses` None), else `{"text", "score", "log_prob"}` each, best first;
+    texts formatted as `translate --text` would (`natural`: the truecaser's, or None)."""
+    if hypotheses is None:
+        return [[{"text": t}] for t in format_lines(lines, texts, "plain", natural)]
+    results: list[list[Hypothesis]] = [[] for _ in lines]
+    for rank in range(max((len(h.texts) for h in hypotheses), default=0)):
+        rows = [i for i, h in enumerate(hypotheses) if rank < len(h.texts)]
+        ranked = [hypotheses[i].texts[rank] for i in rows]
+        formatted = format_lines([lines[i] for i in rows], ranked, "plain", natural)
+        for i, text in zip(rows, formatted, strict=True):
+            h = hypotheses[i]
+            hypothesis = {"text": text, "score": h.scores[rank], "log_prob": h.log_probs[rank]}
+            results[i].append(hypothesis)
+    return results
+
+
+def _map_prefix(prefix: Any, prepare: Any) -> Any:
+    """A prefix (text, or one per line: a tuple, None/"" = none) with `prepare` applied."""
+    if isinstance(prefix, tuple):
+        return tuple(prepare(p) if p else p for p in prefix)
+    return prepare(prefix) if prefix else prefix
 
 
 def row_counts(max_rows: int) -> list[int]:
