@@ -84,6 +84,12 @@ def test_prefix_of_its_own_output_and_seeded_sampling(workdir):
     first = draw(1)
     assert draw(1) == first and draw(2) != first
     assert len(first) == 3 * 3 + 1
+    # A stream's later chunks (first_number) sample each line as the whole input does.
+    sample = lambda lines, first_number=1: translate_workdir(
+        workdir, lines, text="data", temperature=1.5, seed=3, first_number=first_number
+    )
+    whole = sample(LINES)
+    assert sample(LINES[:1]) + sample(LINES[1:], first_number=2) == whole
 
 
 def test_ensembles_of_checkpoints(workdir):

@@ -187,6 +187,8 @@ def translate_workdir(
             top_p=top_p,
             seed=seed,
             prefix=translator.prepare(prefix) if prefix else None,
+            # A line samples by its number in the whole input: a stream's chunks as the file.
+            sample_ids=range(first_number - 1, first_number - 1 + len(prepared)),
         )
     trained_len = translator.settings["trained_len"]
     for note in source_notes(
