@@ -78,3 +78,23 @@ def test_helpfull_puts_the_project_flags_before_the_libraries():
     # Help comes before any check: a command line that would be refused still gets it.
     refused = _help(["-m", "experiments.train", "--config=configs/nope.py", "--help"])
     assert refused.returncode == 0 and "--print_config" in refused.stdout, refused.stderr
+
+
+def test_the_decoding_flags_are_listed_under_launch_as_before_the_split():
+    from absl import flags
+
+    from transformer_jax import launch_decoding_flags
+    from transformer_jax.launch_help import help_asked, launcher_help
+
+    flag_values = flags.FlagValues()
+    launch_decoding_flags.define_decoding_flags(flag_values)
+    text = launcher_help(__name__, flag_values=flag_values)
+    assert "\ntransformer_jax.launch:\n  --alpha:" in text, text[:500]
+    assert "transformer_jax.launch_decoding_flags" not in text
+    assert text.splitlines()[-1].startswith("Try --helpfull")
+    assert [help_asked(a) for a in (["-?"], ["x", "--helpfull"], ["--", "--help"], [])] == [
+        "short",
+        "full",
+        None,
+        None,
+    ]

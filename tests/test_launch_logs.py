@@ -1,5 +1,5 @@
-"""`launch.quiet_library_logs`: orbax's routine records and JAX's backend probe leave a
-launcher's stderr, nothing else.
+"""`launch_logs.quiet_library_logs` (launchers call it as `launch.quiet_library_logs`):
+orbax's routine records and JAX's backend probe leave a launcher's stderr, nothing else.
 
 Records are made as orbax's modules make them (absl logging, their source path under
 `orbax/`) and passed through the absl handler's filters, which is what the launchers use.
@@ -12,7 +12,7 @@ import logging
 import pytest
 from absl import logging as absl_logging
 
-from transformer_jax import launch
+from transformer_jax import launch_logs
 
 ORBAX_FILE = "/venv/lib/python3.11/site-packages/orbax/checkpoint/checkpoint_manager.py"
 OURS = "/repo/transformer_jax/workdir/checkpoints.py"
@@ -27,14 +27,14 @@ def _record(level: int, msg: str, pathname: str) -> logging.LogRecord:
 def handler():
     handler = absl_logging.get_absl_handler()
     before = list(handler.filters)
-    launch.quiet_library_logs()
-    launch.quiet_library_logs()  # a second call adds nothing
+    launch_logs.quiet_library_logs()
+    launch_logs.quiet_library_logs()  # a second call adds nothing
     yield handler
     handler.filters[:] = before
 
 
 def test_one_filter_however_often_it_is_called(handler):
-    added = [f for f in handler.filters if f is launch._keep_record]
+    added = [f for f in handler.filters if f is launch_logs._keep_record]
     assert len(added) == 1
 
 
