@@ -6,11 +6,12 @@ r"""Serve translations over HTTP/JSON: flags in, `serving.app.serve` out.
     # {"translations":["Va !","J'ai perdu."]}
 
 The model is loaded once; GET /health answers 503 while its decoding programs compile (tens
-of seconds on a CPU) and 200 after. Requests that arrive within --batch_window_ms of each
-other (up to --max_batch_sentences sentences) are decoded as one batch. The decoding flags
-(--beam_size, --alpha, ...; unset: the run's) are the defaults a request can override.
-WORKSPACE.md ("Serving") lists the request fields and limits. Needs the `[serve]` extra
-(FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
+of seconds on a CPU) and 200 after. On a CPU, batches are split over one XLA:CPU device
+per core (--cpu_devices; 0: JAX's single device). Requests that arrive within
+--batch_window_ms of each other (up to --max_batch_sentences sentences) are decoded as one
+batch. The decoding flags (--beam_size, --alpha, ...; unset: the run's) are the defaults a
+request can override. WORKSPACE.md ("Serving") lists the request fields and limits. Needs
+the `[serve]` extra (FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ import importlib.util
 from absl import app, flags
 
 from transformer_jax import launch
+from transformer_jax.runtime import cpu_devices
 
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (as translate's)
+# A server decodes batches of many requests: one CPU device per core (translate's default is
+# JAX's one device). With 64 clients on 2 cores, 2 devices decoded 1.9x the sentences/s of
+# one (benchmarks/README.md, "Serving"); a batch too small to gain decodes on one anyway.
+FLAGS.set_default("cpu_devices", cpu_devices.local_cores())
+# Batching: gather while requests keep coming (each within GAP_MS of the last), at most
+# WINDOW_MS; see benchmarks/README.md, "Serving", for how they were chosen.
+WINDOW_MS, GAP_MS = 5.0, -1.0
 flags.DEFINE_enum(
     "engine",
     "jax",
@@ -40,8 +49,14 @@ flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0: every i
 flags.DEFINE_integer("port", 8000, "Port to listen on; 0 = a free one (printed on stderr).")
 flags.DEFINE_float(
     "batch_window_ms",
-    5.0,
-    "How long the batcher gathers requests after the first of a batch, in milliseconds.",
+    WINDOW_MS,
+    "The longest the batcher gathers requests after the first of a batch, in milliseconds.",
+)
+flags.DEFINE_float(
+    "batch_gap_ms",
+    GAP_MS,
+    "The batcher stops gathering sooner once this long passes without a new request "
+    "(milliseconds; a negative value: gather for the whole window).",
 )
 flags.DEFINE_integer("max_batch_sentences", 64, "Most sentences decoded as one batch.")
 flags.DEFINE_integer("max_request_sentences", 64, "Most sentences in one request (400 above).")
@@ -88,6 +103,7 @@ def main(argv: list[str]) -> None:
         engine,
         limits=limits,
         window_s=FLAGS.batch_window_ms / 1000,
+        gap_s=FLAGS.batch_gap_ms / 1000 if FLAGS.batch_gap_ms >= 0 else None,
         max_sentences=FLAGS.max_batch_sentences,
         warm_up=FLAGS.warm_up,
         on_failure=stop,
@@ -127,7 +143,7 @@ def _engine():
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
     from transformer_jax.evaluation.translate_cli import first_workdir
     from transformer_jax.inference import load_translator
-    from transformer_jax.runtime import configure_process, cpu_devices
+    from transformer_jax.runtime import configure_process
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:

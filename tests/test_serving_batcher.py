@@ -4,6 +4,7 @@ in order, failures answered to the requests that cause them (a recording fake en
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -74,6 +75,38 @@ def test_requests_within_the_window_are_one_call_and_options_split_them():
     batcher.close(timeout=30)
 
 
+def test_an_idle_batcher_stops_gathering_after_a_quiet_gap():
+    """A request that finds the worker idle is gathered with those that follow within the
+    gap; a quiet gap ends the batch long before the window."""
+    engine = Recorder()
+    batcher = Batcher(engine, window_s=30.0, max_sentences=8, gap_s=0.2)
+    burst = [batcher.submit([f"s{i}"], "o") for i in range(3)]  # within the gap: merged
+    start = time.monotonic()
+    assert _results(burst) == [["S0/o"], ["S1/o"], ["S2/o"]]
+    assert time.monotonic() - start < 15  # the gap ended it, not the 30 s window
+    late = batcher.submit(["t"], "o")  # after the batch: a batch of its own
+    assert late.result(timeout=15) == ["T/o"]
+    assert [lines for lines, _ in engine.calls] == [["s0", "s1", "s2"], ["t"]]
+    batcher.close(timeout=30)
+
+
+def test_a_busy_batcher_gathers_for_the_whole_window():
+    """Requests queued while a batch decodes start the next one: it gathers for the window
+    (here until full), whatever the gap, so the clients just answered join it."""
+    engine = Recorder(hold_first=True)
+    batcher = Batcher(engine, window_s=30.0, max_sentences=2, gap_s=0.01)
+    first = batcher.submit(["a"], "o")
+    assert engine.entered.wait(30)
+    queued = batcher.submit(["x"], "o")  # waits while "a" decodes
+    engine.release.set()
+    assert first.result(timeout=30) == ["A/o"]
+    time.sleep(0.5)  # 50 gaps later
+    joined = batcher.submit(["y"], "o")
+    assert _results([queued, joined]) == [["X/o"], ["Y/o"]]
+    assert [lines for lines, _ in engine.calls] == [["a"], ["x", "y"]]
+    batcher.close(timeout=30)
+
+
 def test_a_call_holds_at_most_max_sentences_unless_one_request_is_larger():
     engine = Recorder(hold_first=True)
     batcher = Batcher(engine, window_s=0.001, max_sentences=4)
@@ -134,3 +167,5 @@ def test_close_finishes_the_queued_requests_and_refuses_new_ones():
         batcher.submit(["b"], "o")
     with pytest.raises(ValueError, match="max_sentences"):
         Batcher(Recorder(), window_s=0.0, max_sentences=0)
+    with pytest.raises(ValueError, match="gap must be >= 0"):
+        Batcher(Recorder(), window_s=0.0, max_sentences=1, gap_s=-1.0)

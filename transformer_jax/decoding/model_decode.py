@@ -295,9 +295,10 @@ def nbest_decode(
     return NBest(tokens, scores * search.length_penalty(lengths, alpha), scores)
 
 
-def local_mesh() -> Mesh:
-    """A 1-D mesh over this host's devices; decoding splits the batch along it."""
-    return Mesh(np.array(jax.local_devices()), (DATA_AXIS,))
+def local_mesh(devices: int | None = None) -> Mesh:
+    """A 1-D mesh over this host's devices (the first `devices` of them; None: all);
+    decoding splits the batch along it."""
+    return Mesh(np.array(jax.local_devices()[:devices]), (DATA_AXIS,))
 
 
 @functools.lru_cache(maxsize=32)

@@ -11,14 +11,26 @@ tiny as the book's (`d2l`), whose steps are dispatch-bound, decoded greedy twice
 over 3 devices (9 -> 19 ms for 12 sentences), so it stays a switch.
 
 The translate and evaluate launchers take `--cpu_devices` (default 0: JAX's own single
-device, as training runs). It must be set before JAX computes anything in the process, so
-`apply` raises once a backend exists instead of silently doing nothing. Only the CPU
-backend reads it: on a GPU or TPU host the accelerators stay the devices.
+device, as training runs); the server's default is `local_cores()`, one device per core
+(small batches still decode on one: `decoding.batch_decode`, "Devices"). It must be set
+before JAX computes anything in the process, so `apply` raises once a backend exists
+instead of silently doing nothing. Only the CPU backend reads it: on a GPU or TPU host the
+accelerators stay the devices.
 """
 
 from __future__ import annotations
 
+import os
+
 from transformer_jax.runtime.xla_flags import backends_initialized
+
+
+def local_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def check(count: int) -> None:

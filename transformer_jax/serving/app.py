@@ -58,6 +58,7 @@ def create_app(
     limits: Limits,
     window_s: float,
     max_sentences: int,
+    gap_s: float | None = None,
     warm_up: bool = True,
     on_failure: Callable[[str], None] | None = None,
 ) -> FastAPI:
@@ -66,9 +67,9 @@ def create_app(
     `warm_up(n)`, `describe()` and optionally `per_line_samples`).
 
     At startup a thread warms the engine up (`warm_up=False`: not) and starts the batcher
-    (`window_s`, `max_sentences`); until then /health answers 503 and /translate 503. If the
-    warm-up raises, /health answers 500 with the reason and `on_failure(reason)` is called
-    (the launcher stops the server).
+    (`window_s`, `max_sentences`, `gap_s`: `batcher.Batcher`); until then /health answers 503
+    and /translate 503. If the warm-up raises, /health answers 500 with the reason and
+    `on_failure(reason)` is called (the launcher stops the server).
     """
     state = _State()
 
@@ -78,7 +79,7 @@ def create_app(
                 batches = engine.warm_up(max_sentences)
                 logger.info("warm-up: %d batches decoded", batches)
             state.batcher = Batcher(
-                engine.translate, window_s=window_s, max_sentences=max_sentences
+                engine.translate, window_s=window_s, max_sentences=max_sentences, gap_s=gap_s
             )
             state.status = "ok"
         except Exception as error:  # reported by /health and on_failure; the process decides
