@@ -3,6 +3,7 @@ r"""Serving under load: requests/s, sentences/s and latency of the HTTP server a
     python -m benchmarks.serve --workdir=runs/fra_eng
     python -m benchmarks.serve --workdir=runs/fra_eng --clients=1,8,64 --requests=512 \
         --out=serve.json
+    python -m benchmarks.serve --model_dir=exports/fra_eng_ct2     # the CTranslate2 engine
 
 Starts `python -m experiments.serve` on the workdir (127.0.0.1, a free port; --server_flag
 passes more flags, e.g. --server_flag=--beam_size=1), waits until /health answers 200 (the
@@ -35,7 +36,10 @@ from absl import app, flags
 from transformer_jax import launch
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir the server loads.")
+flags.DEFINE_string("workdir", None, "Training workdir the server loads (the JAX engine).")
+flags.DEFINE_string(
+    "model_dir", None, "Instead of --workdir: a CTranslate2 export (--engine=ctranslate2)."
+)
 flags.DEFINE_list("clients", ["1", "8", "64"], "Concurrent clients, one level each.")
 flags.DEFINE_integer("requests", 512, "Requests per level (split over its clients).")
 flags.DEFINE_integer("sentences_per_request", 1, "Sentences in each request.")
@@ -71,10 +75,13 @@ SENTENCES = [
 ]
 
 
-def start_server(workdir: str, extra: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
-    """`experiments.serve` on a free port; returns the process and its URL once it listens.
-    A server that ends first (e.g. a directory without a run) ends this with its FATAL line."""
-    command = [sys.executable, "-m", "experiments.serve", f"--workdir={workdir}", "--port=0"]
+def start_server(
+    model: list[str], extra: list[str], timeout: float
+) -> tuple[subprocess.Popen, str]:
+    """`experiments.serve` of `model` (its flags: ["--workdir=..."], or the CTranslate2
+    engine's) on a free port; returns the process and its URL once it listens. A server that
+    ends first (e.g. a directory without a run) ends this with its FATAL line."""
+    command = [sys.executable, "-m", "experiments.serve", *model, "--port=0"]
     process = subprocess.Popen(
         [*command, *extra],
         cwd=Path(__file__).resolve().parents[1],
@@ -207,7 +214,12 @@ def main(argv: list[str]) -> None:
         f"--max_request_sentences={max(64, FLAGS.sentences_per_request)}",
         *FLAGS.server_flag,
     ]
-    process, url = start_server(FLAGS.workdir, extra, FLAGS.startup_timeout)
+    if bool(FLAGS.workdir) == bool(FLAGS.model_dir):
+        launch.fatal("give --workdir (a training run) or --model_dir (a CTranslate2 export).")
+    model = [f"--workdir={FLAGS.workdir}"]
+    if FLAGS.model_dir:
+        model = ["--engine=ctranslate2", f"--model_dir={FLAGS.model_dir}"]
+    process, url = start_server(model, extra, FLAGS.startup_timeout)
     try:
         warm = wait_healthy(url, process, FLAGS.startup_timeout)
         health = get_json(url, "/health")[1]
@@ -227,6 +239,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.out:
         result = {
             "workdir": FLAGS.workdir,
+            "model_dir": FLAGS.model_dir,
             "server": {
                 k: v for k, v in health.items() if k not in ("batches", "batched_sentences")
             },
@@ -239,4 +252,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=launch.flags_parser(required=("workdir",)))
+    app.run(main, flags_parser=launch.flags_parser())
