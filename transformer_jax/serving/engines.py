@@ -86,13 +86,9 @@ class JaxEngine:
         translator = self.translator
         prepared = [translator.prepare(line) for line in lines]
         natural = translator.natural if self.text == "natural" else None
-        # Only the options that differ from plain search: beam_size and alpha alone take the
-        # fast path (`decode_ids`, the best hypothesis, no scores), as translate does.
-        chosen = {
-            k: v
-            for k, v in dataclasses.asdict(options).items()
-            if k in ("beam_size", "alpha") or v != getattr(_PLAIN, k)
-        }
+        # beam_size and alpha alone take the fast path (`decode_ids`, the best hypothesis, no
+        # scores), as translate does.
+        chosen = {"beam_size": options.beam_size, "alpha": options.alpha, **_beyond(options)}
         if "prefix" in chosen:  # prepared as the lines are (translate's --prefix too)
             chosen["prefix"] = _map_prefix(options.prefix, translator.prepare)
         out = translator.translate_detailed(prepared, warn=False, sample_ids=line_ids, **chosen)
@@ -184,14 +180,8 @@ class CTranslate2Engine:
     ) -> list[list[Hypothesis]]:
         del line_ids  # samples are drawn per call here (the server does not merge them)
         settings = {**self._settings, "beam_size": options.beam_size, "alpha": options.alpha}
-        # As the JAX engine: only the options beyond plain search ask for scores.
-        chosen = {
-            k: v
-            for k, v in dataclasses.asdict(options).items()
-            if k not in ("beam_size", "alpha") and v != getattr(_PLAIN, k)
-        }
         out = translate_detailed(
-            self.model_dir, lines, translator=self._translator, **settings, **chosen
+            self.model_dir, lines, translator=self._translator, **settings, **_beyond(options)
         )
         return _results(lines, out.texts, out.hypotheses, self._natural)
 
@@ -199,6 +189,16 @@ class CTranslate2Engine:
         del max_sentences  # nothing to compile: one call loads what the first one would
         self.translate(["go ."], self.default_options)
         return 1
+
+
+def _beyond(options: DecodeOptions) -> dict[str, Any]:
+    """The options other than beam_size and alpha that differ from plain search: with none,
+    an engine takes its fast path (the best hypothesis, no scores)."""
+    return {
+        k: v
+        for k, v in dataclasses.asdict(options).items()
+        if k not in ("beam_size", "alpha") and v != getattr(_PLAIN, k)
+    }
 
 
 def _results(
