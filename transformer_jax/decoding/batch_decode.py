@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -175,45 +175,103 @@ def decode_ids(
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    cfg = decode_config(model_config)
-    limit = position_limit(cfg)
-    longest = max(map(len, sources), default=0)
-    if limit is not None and longest > limit:
-        raise SourceTooLongError(
-            f"a source of {longest} tokens is longer than the learned position table "
-            f"(model.max_len={limit})."
-        )
-    mesh, num_rows = _call_mesh(len(sources), batch_size, beam_size)
-    # Replicated on every device once (kept for later calls): not a copy per batch.
-    params = _replicated(params, mesh)
-    batches = sorted_batches([len(row) for row in sources], batch_size)
+    call = _Call.start(
+        model_config, params, sources, batch_size=batch_size, hypotheses=beam_size,
+        max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
+    )  # fmt: skip
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
-    budget = functools.partial(
-        output_budget,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        max_decode_len=max_decode_len,
-        position_limit=limit,
-    )
-    for k, chunk in enumerate(batches):
-        rows = [list(sources[i]) for i in chunk]
-        longest = max(map(len, rows))
-        width = program_width(longest, limit)
-        src, src_len = pad_batch(rows, num_rows, width)
+    for batch in call.batches(sources, batch_size, progress):
         decode = model_decode.sharded_decoder(
-            cfg, beam_size=beam_size, max_decode_len=budget(width), alpha=float(alpha), mesh=mesh
+            call.cfg,
+            beam_size=beam_size,
+            max_decode_len=call.budget(batch.width),
+            alpha=float(alpha),
+            mesh=call.mesh,
         )
-        length = budget(min(round_up(longest, LENGTH_BUCKET), width))
-        tokens = np.asarray(decode(params, src, src_len, length))  # (B, L) or (B, W, L)
-        if tokens.ndim == 3:
-            tokens = tokens[:, 0]  # the best of the n-best
-        for r, i in enumerate(chunk):
+        length = call.budget(min(round_up(batch.longest, LENGTH_BUCKET), batch.width))
+        tokens = np.asarray(decode(call.params, batch.src, batch.src_len, length))
+        if tokens.ndim == 3:  # (B, W, L): the best of the n-best
+            tokens = tokens[:, 0]
+        for r, i in enumerate(batch.chunk):
             out[i] = tokens[r]
-        if progress is not None:
-            progress(k * batch_size + len(chunk), len(sources))
     return out
+
+
+class _Batch(NamedTuple):
+    """One padded batch of a call: its sources' indices, src (R, S) and src_len (R,) with
+    R the call's rows, its longest source and its program width S."""
+
+    chunk: list[int]
+    src: np.ndarray
+    src_len: np.ndarray
+    longest: int
+    width: int
+
+
+class _Call(NamedTuple):
+    """What the batches of one `decode_ids`/`decode_nbest` call share: the decode config,
+    its position limit, the mesh and rows of every batch (`_call_mesh`), the weights placed
+    on that mesh, and the output budget of a program width."""
+
+    cfg: Any
+    limit: int | None
+    mesh: Any
+    num_rows: int
+    params: Any
+    budget: Callable[[int], int]
+
+    @classmethod
+    def start(
+        cls,
+        model_config: Any,
+        params: Any,
+        sources: Sequence[Sequence[int]],
+        *,
+        batch_size: int,
+        hypotheses: int,
+        max_len_a: float,
+        max_len_b: int,
+        max_decode_len: int | None,
+    ) -> _Call:
+        """Checks the call (batch_size, every source within the position table) and places
+        the weights; `hypotheses` per source (beam or samples) size the mesh."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        cfg = decode_config(model_config)
+        limit = position_limit(cfg)
+        longest = max(map(len, sources), default=0)
+        if limit is not None and longest > limit:
+            raise SourceTooLongError(
+                f"a source of {longest} tokens is longer than the learned position table "
+                f"(model.max_len={limit})."
+            )
+        mesh, num_rows = _call_mesh(len(sources), batch_size, hypotheses)
+        budget = functools.partial(
+            output_budget,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            max_decode_len=max_decode_len,
+            position_limit=limit,
+        )
+        # Replicated on every device once (kept for later calls): not a copy per batch.
+        return cls(cfg, limit, mesh, num_rows, _replicated(params, mesh), budget)
+
+    def batches(
+        self,
+        sources: Sequence[Sequence[int]],
+        batch_size: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> Iterator[_Batch]:
+        """The sources sorted by length into padded batches; `progress(done, total)` after
+        each batch is decoded (when the caller asks for the next)."""
+        for k, chunk in enumerate(sorted_batches([len(row) for row in sources], batch_size)):
+            rows = [list(sources[i]) for i in chunk]
+            longest = max(map(len, rows))
+            width = program_width(longest, self.limit)
+            src, src_len = pad_batch(rows, self.num_rows, width)
+            yield _Batch(chunk, src, src_len, longest, width)
+            if progress is not None:
+                progress(k * batch_size + len(chunk), len(sources))
 
 
 def decode_config(model_config: Any) -> Any:
@@ -264,44 +322,26 @@ def decode_nbest(
     Returns nbest hypotheses per source (fewer when beam search finishes fewer).
     """
     options.validate()
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    cfg = decode_config(model_config)
-    limit = position_limit(cfg)
-    longest = max(map(len, sources), default=0)
-    if limit is not None and longest > limit:
-        raise SourceTooLongError(
-            f"a source of {longest} tokens is longer than the learned position table "
-            f"(model.max_len={limit})."
-        )
     prefixes = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
     if len(prefixes) != len(sources):
         raise ValueError(f"{len(prefixes)} prefixes for {len(sources)} sources.")
-    hypotheses = options.nbest if options.sampling else options.beam_size
-    mesh, num_rows = _call_mesh(len(sources), batch_size, hypotheses)
-    params = _replicated(params, mesh)
-    batches = sorted_batches([len(row) for row in sources], batch_size)
+    call = _Call.start(
+        model_config, params, sources, batch_size=batch_size,
+        hypotheses=options.nbest if options.sampling else options.beam_size,
+        max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
+    )  # fmt: skip
+    limit, num_rows = call.limit, call.num_rows
     out: list[list[Hypothesis]] = [[] for _ in sources]
-    budget = functools.partial(
-        output_budget,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        max_decode_len=max_decode_len,
-        position_limit=limit,
-    )
     forced = any(prefixes)
     ids = _sample_ids(sample_ids, len(sources))  # (num_sources, K)
-    for k, chunk in enumerate(batches):
-        rows = [list(sources[i]) for i in chunk]
-        longest = max(map(len, rows))
-        width = program_width(longest, limit)
-        src, src_len = pad_batch(rows, num_rows, width)
+    for batch in call.batches(sources, batch_size, progress):
+        chunk, width = batch.chunk, batch.width
         longest_prefix = max(len(prefixes[i]) for i in chunk)
         # Without a fixed max_decode_len, room for the prefix and max_len_b tokens after it.
         least = longest_prefix + max_len_b if longest_prefix and not max_decode_len else 0
-        room = max(budget(width), round_up(least, LENGTH_BUCKET))
+        room = max(call.budget(width), round_up(least, LENGTH_BUCKET))
         room = min(room, limit) if limit is not None else room
-        length = max(budget(min(round_up(longest, LENGTH_BUCKET), width)), least)
+        length = max(call.budget(min(round_up(batch.longest, LENGTH_BUCKET), width)), least)
         prefix = None
         if forced:
             prefix = np.zeros((num_rows, round_up(max(1, longest_prefix), LENGTH_BUCKET)), np.int32)
@@ -310,18 +350,18 @@ def decode_nbest(
         row_ids = np.zeros((num_rows, ids.shape[1]), np.int32)
         row_ids[: len(chunk)] = ids[chunk]  # a source's samples follow its id (sampling.row_keys)
         decode = model_decode.sharded_nbest_decoder(
-            cfg,
+            call.cfg,
             beam_size=options.beam_size,
             nbest=options.nbest,
             sampling=options.sampling,
             max_decode_len=room,
             forced=forced,
-            mesh=mesh,
+            mesh=call.mesh,
         )
         result = decode(
-            params,
-            src,
-            src_len,
+            call.params,
+            batch.src,
+            batch.src_len,
             limit=min(length, room),
             alpha=options.alpha,
             temperature=options.temperature if options.sampling else 1.0,
@@ -340,8 +380,6 @@ def decode_nbest(
                 for n in range(tokens.shape[1])
                 if np.isfinite(scores[r, n])
             ]
-        if progress is not None:
-            progress(k * batch_size + len(chunk), len(sources))
     return out
 
 
