@@ -45,7 +45,6 @@ flags.DEFINE_integer("requests", 512, "Requests per level (split over its client
 flags.DEFINE_integer("sentences_per_request", 1, "Sentences in each request.")
 flags.DEFINE_integer("beam_size", None, "Sent with each request; default the server's.")
 flags.DEFINE_float("batch_window_ms", None, "The server's --batch_window_ms (None: its default).")
-flags.DEFINE_float("batch_gap_ms", None, "The server's --batch_gap_ms (None: its default).")
 flags.DEFINE_integer("max_batch_sentences", 64, "The server's --max_batch_sentences.")
 flags.DEFINE_multi_string("server_flag", [], "More flags for experiments.serve.")
 flags.DEFINE_integer("startup_timeout", 900, "Seconds to wait for /health to answer 200.")
@@ -207,9 +206,12 @@ def main(argv: list[str]) -> None:
     levels = [int(c) for c in FLAGS.clients]
     if min(levels) < 1 or FLAGS.requests < 1 or FLAGS.sentences_per_request < 1:
         launch.fatal("--clients, --requests and --sentences_per_request must be >= 1.")
-    batching = {"batch_window_ms": FLAGS.batch_window_ms, "batch_gap_ms": FLAGS.batch_gap_ms}
     extra = [
-        *(f"--{name}={value}" for name, value in batching.items() if value is not None),
+        *(
+            [f"--batch_window_ms={FLAGS.batch_window_ms}"]
+            if FLAGS.batch_window_ms is not None
+            else []
+        ),
         f"--max_batch_sentences={FLAGS.max_batch_sentences}",
         f"--max_request_sentences={max(64, FLAGS.sentences_per_request)}",
         *FLAGS.server_flag,

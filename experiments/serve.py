@@ -8,9 +8,10 @@ r"""Serve translations over HTTP/JSON: flags in, `serving.app.serve` out.
 The model is loaded once; GET /health answers 503 while its decoding programs compile (tens
 of seconds on a CPU) and 200 after. On a CPU, batches are split over one XLA:CPU device
 per core (--cpu_devices; 0: JAX's single device). Requests that arrive within
---batch_window_ms of each other (up to --max_batch_sentences sentences) are decoded as one
-batch. The decoding flags (--beam_size, --alpha, ...; unset: the run's) are the defaults a
-request can override. WORKSPACE.md ("Serving") lists the request fields and limits. Needs
+--batch_window_ms of each other (up to --max_batch_sentences sentences; adaptive batching
+closes a batch as soon as as many requests as last time are in) are decoded as one batch.
+The decoding flags (--beam_size, --alpha, ...; unset: the run's) are the defaults a request
+can override. WORKSPACE.md ("Serving") lists the request fields and limits. Needs
 the `[serve]` extra (FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
 """
 
@@ -29,9 +30,8 @@ launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (as transl
 # JAX's one device). With 64 clients on 2 cores, 2 devices decoded 1.9x the sentences/s of
 # one (benchmarks/README.md, "Serving"); a batch too small to gain decodes on one anyway.
 FLAGS.set_default("cpu_devices", cpu_devices.local_cores())
-# Batching: gather while requests keep coming (each within GAP_MS of the last), at most
-# WINDOW_MS; see benchmarks/README.md, "Serving", for how they were chosen.
-WINDOW_MS, GAP_MS = 5.0, -1.0
+# The longest a batch gathers (serving/batcher.py; benchmarks/README.md, "Serving").
+WINDOW_MS = 5.0
 flags.DEFINE_enum(
     "engine",
     "jax",
@@ -52,11 +52,11 @@ flags.DEFINE_float(
     WINDOW_MS,
     "The longest the batcher gathers requests after the first of a batch, in milliseconds.",
 )
-flags.DEFINE_float(
-    "batch_gap_ms",
-    GAP_MS,
-    "The batcher stops gathering sooner once this long passes without a new request "
-    "(milliseconds; a negative value: gather for the whole window).",
+flags.DEFINE_bool(
+    "adaptive_batching",
+    True,
+    "Close a batch early once it holds as many requests as the last one did (a lone client "
+    "waits no window); --noadaptive_batching: always gather for --batch_window_ms.",
 )
 flags.DEFINE_integer("max_batch_sentences", 64, "Most sentences decoded as one batch.")
 flags.DEFINE_integer("max_request_sentences", 64, "Most sentences in one request (400 above).")
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> None:
         engine,
         limits=limits,
         window_s=FLAGS.batch_window_ms / 1000,
-        gap_s=FLAGS.batch_gap_ms / 1000 if FLAGS.batch_gap_ms >= 0 else None,
+        adaptive=FLAGS.adaptive_batching,
         max_sentences=FLAGS.max_batch_sentences,
         warm_up=FLAGS.warm_up,
         on_failure=stop,

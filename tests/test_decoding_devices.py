@@ -31,6 +31,10 @@ SCRIPT = textwrap.dedent(
     assert devices(1, 2 * per) == (2, 2)  # one sentence's beam split: its row padded to 2
     assert devices(per, 1) == (1, per) and devices(2 * per, 1) == (2, 2 * per)
     assert devices(3, per) == (2, 4) and devices(200, 1, batch_size=64) == (2, 64)
+    # Fewer than a batch: a power of two up to ROW_STEP (8), then a multiple of it.
+    rows = [batch_decode.call_rows(n, 64) for n in (1, 3, 5, 8, 9, 33, 63, 64, 65)]
+    assert rows == [1, 4, 8, 8, 16, 40, 64, 64, 64]
+    assert devices(33, 1) == (2, 40) and devices(9, 1) == (2, 16)
 
     cfg = tiny_config(23, 13, max_len=32)
     params = random_params(cfg, 0)
@@ -53,7 +57,7 @@ SCRIPT = textwrap.dedent(
 
     split = decode_all()
     batch_decode.MIN_HYPOTHESES_PER_DEVICE = 10**9  # every call on one device
-    assert devices(40, 4) == (1, 64)
+    assert devices(40, 4) == (1, 40)
     alone = decode_all()
     assert split == alone, [k for k in split if split[k] != alone[k]]
 

@@ -75,35 +75,39 @@ def test_requests_within_the_window_are_one_call_and_options_split_them():
     batcher.close(timeout=30)
 
 
-def test_an_idle_batcher_stops_gathering_after_a_quiet_gap():
-    """A request that finds the worker idle is gathered with those that follow within the
-    gap; a quiet gap ends the batch long before the window."""
-    engine = Recorder()
-    batcher = Batcher(engine, window_s=30.0, max_sentences=8, gap_s=0.2)
-    burst = [batcher.submit([f"s{i}"], "o") for i in range(3)]  # within the gap: merged
+def test_an_adaptive_batch_closes_once_as_many_came_as_last_time():
+    """adaptive: a batch waits for as many requests as there were clients at the end of the
+    previous batch (its own and those queued meanwhile), not for the window."""
+    engine = Recorder(hold_first=True)
+    batcher = Batcher(engine, window_s=30.0, max_sentences=64, adaptive=True)
     start = time.monotonic()
-    assert _results(burst) == [["S0/o"], ["S1/o"], ["S2/o"]]
-    assert time.monotonic() - start < 15  # the gap ended it, not the 30 s window
-    late = batcher.submit(["t"], "o")  # after the batch: a batch of its own
-    assert late.result(timeout=15) == ["T/o"]
-    assert [lines for lines, _ in engine.calls] == [["s0", "s1", "s2"], ["t"]]
+    lone = batcher.submit(["a"], "o")  # the first batch expects none: decoded at once
+    assert engine.entered.wait(30)
+    queued = [batcher.submit([f"x{i}"], "o") for i in range(3)]  # wait while "a" decodes
+    engine.release.set()
+    assert lone.result(timeout=30) == ["A/o"]
+    # "a" and the 3 queued meanwhile: 4 expected. The 3 queued, then one more 0.3 s later,
+    # are one batch; the window (30 s) never ends one.
+    time.sleep(0.3)
+    late = batcher.submit(["y"], "o")
+    assert _results([*queued, late]) == [["X0/o"], ["X1/o"], ["X2/o"], ["Y/o"]]
+    assert time.monotonic() - start < 15
+    assert [lines for lines, _ in engine.calls] == [["a"], ["x0", "x1", "x2", "y"]]
     batcher.close(timeout=30)
 
 
-def test_a_busy_batcher_gathers_for_the_whole_window():
-    """Requests queued while a batch decodes start the next one: it gathers for the window
-    (here until full), whatever the gap, so the clients just answered join it."""
-    engine = Recorder(hold_first=True)
-    batcher = Batcher(engine, window_s=30.0, max_sentences=2, gap_s=0.01)
-    first = batcher.submit(["a"], "o")
-    assert engine.entered.wait(30)
-    queued = batcher.submit(["x"], "o")  # waits while "a" decodes
-    engine.release.set()
-    assert first.result(timeout=30) == ["A/o"]
-    time.sleep(0.5)  # 50 gaps later
-    joined = batcher.submit(["y"], "o")
-    assert _results([queued, joined]) == [["X/o"], ["Y/o"]]
-    assert [lines for lines, _ in engine.calls] == [["a"], ["x", "y"]]
+def test_an_adaptive_batch_of_fewer_than_last_time_ends_with_the_window():
+    engine = Recorder()
+    batcher = Batcher(engine, window_s=0.3, max_sentences=64, adaptive=True)
+    batcher._expected = 5  # as after a batch of 5 clients
+    start = time.monotonic()
+    assert batcher.submit(["a"], "o").result(timeout=30) == ["A/o"]
+    assert time.monotonic() - start >= 0.3  # waited the window for the other 4
+    assert batcher._expected == 1
+    batcher.window_s = 30.0
+    again = time.monotonic()
+    assert batcher.submit(["b"], "o").result(timeout=30) == ["B/o"]
+    assert time.monotonic() - again < 15  # expects 1 now: decoded at once, no 30 s window
     batcher.close(timeout=30)
 
 
@@ -167,5 +171,3 @@ def test_close_finishes_the_queued_requests_and_refuses_new_ones():
         batcher.submit(["b"], "o")
     with pytest.raises(ValueError, match="max_sentences"):
         Batcher(Recorder(), window_s=0.0, max_sentences=0)
-    with pytest.raises(ValueError, match="gap must be >= 0"):
-        Batcher(Recorder(), window_s=0.0, max_sentences=1, gap_s=-1.0)

@@ -58,7 +58,7 @@ def create_app(
     limits: Limits,
     window_s: float,
     max_sentences: int,
-    gap_s: float | None = None,
+    adaptive: bool = False,
     warm_up: bool = True,
     on_failure: Callable[[str], None] | None = None,
 ) -> FastAPI:
@@ -67,7 +67,7 @@ def create_app(
     `warm_up(n)`, `describe()` and optionally `per_line_samples`).
 
     At startup a thread warms the engine up (`warm_up=False`: not) and starts the batcher
-    (`window_s`, `max_sentences`, `gap_s`: `batcher.Batcher`); until then /health answers 503
+    (`window_s`, `max_sentences`, `adaptive`: `batcher.Batcher`); until then /health answers 503
     and /translate 503. If the warm-up raises, /health answers 500 with the reason and
     `on_failure(reason)` is called (the launcher stops the server).
     """
@@ -79,7 +79,7 @@ def create_app(
                 batches = engine.warm_up(max_sentences)
                 logger.info("warm-up: %d batches decoded", batches)
             state.batcher = Batcher(
-                engine.translate, window_s=window_s, max_sentences=max_sentences, gap_s=gap_s
+                engine.translate, window_s=window_s, max_sentences=max_sentences, adaptive=adaptive
             )
             state.status = "ok"
         except Exception as error:  # reported by /health and on_failure; the process decides

@@ -16,12 +16,12 @@ value, e.g. `decoding.options.DecodeOptions`) are merged into one `translate(lin
 call of at most `max_sentences` lines (a request larger than that alone is one call), and
 each request's results are cut back out, in its order.
 
-Idle or busy: a request that finds the worker idle (it was waiting on an empty queue) is
-gathered with others only while they keep coming, each within `gap_s` of the last (None:
-the whole window), so a lone client waits the gap, not the window. A batch that starts from
-requests queued while the last one decoded (a busy server) gathers for the whole window:
-the clients just answered send their next requests within it, and a fuller batch decodes
-more sentences a second.
+Adaptive (`adaptive=True`, the server's default): a batch also closes, without waiting
+out the window, once it holds as many requests as there were clients at the end of the last
+batch: its requests (their clients send the next when answered) and those queued while it
+decoded. So a lone client's request is decoded at once, not after the window, and 64
+clients' batches close when the 64th request is in. When fewer come back, the window ends
+the batch, and the count follows the load.
 
 Decoding a batch of 64 sentences takes a few times longer than one sentence (the model
 runs as one padded batch; benchmarks/README.md, "Serving"), which is where the throughput of
@@ -57,8 +57,8 @@ class Batcher:
     """A queue and one worker thread that merges concurrent requests into engine calls.
 
     window_s: how long the worker keeps gathering after the first request of a batch.
-    gap_s: when the first found the worker idle, it stops sooner once this long has passed
-      without a new request (None: never; module docstring).
+    adaptive: close a batch early once it holds as many requests as there were clients at
+      the end of the previous one (module docstring); False: always gather for the window.
     max_sentences: most lines per engine call (a larger request is one call on its own).
     calls, sentences: engine calls made so far and the lines they decoded (their ratio is
     the mean batch: `/health` reports both).
@@ -70,17 +70,16 @@ class Batcher:
         *,
         window_s: float,
         max_sentences: int,
-        gap_s: float | None = None,
+        adaptive: bool = False,
     ):
         if window_s < 0:
             raise ValueError(f"the batch window must be >= 0 seconds, got {window_s}.")
-        if gap_s is not None and gap_s < 0:
-            raise ValueError(f"the batch gap must be >= 0 seconds, got {gap_s}.")
         if max_sentences < 1:
             raise ValueError(f"max_sentences must be >= 1, got {max_sentences}.")
         self._translate = translate
         self.window_s = window_s
-        self.gap_s = gap_s
+        self.adaptive = adaptive
+        self._expected = 0  # clients at the end of the last batch: how many to wait for
         self.max_sentences = max_sentences
         self.calls = 0
         self.sentences = 0
@@ -110,30 +109,28 @@ class Batcher:
 
     def _run(self) -> None:
         while True:
-            try:
-                first, idle = self._queue.get_nowait(), False  # queued meanwhile: busy
-            except queue.Empty:
-                first, idle = self._queue.get(), True
+            first = self._queue.get()
             if first is None:
                 return
-            batch, stop = self._gather(first, idle)
+            batch, stop = self._gather(first)
             for group in _groups(batch, self.max_sentences):
                 self._decode(group)
+            # The clients of this batch come back; those queued meanwhile are waiting too.
+            self._expected = len(batch) + self._queue.qsize()
             if stop:
                 return
 
-    def _gather(self, first: _Request, idle: bool) -> tuple[list[_Request], bool]:
-        """`first` and the requests that arrive within the window (if `idle`, each within the
-        gap of the last), up to max_sentences lines; True if the batcher was closed
-        meanwhile."""
+    def _gather(self, first: _Request) -> tuple[list[_Request], bool]:
+        """`first` and the requests that arrive within the window, up to max_sentences lines
+        (adaptive: until as many as expected, then only those already queued);
+        True if the batcher was closed meanwhile."""
         batch, count = [first], len(first.lines)
         deadline = time.monotonic() + self.window_s
-        gap = self.gap_s if idle else None
         while count < self.max_sentences:
             try:
                 wait = deadline - time.monotonic()
-                if gap is not None:
-                    wait = min(wait, gap)
+                if self.adaptive and len(batch) >= self._expected:
+                    wait = 0  # as many as expected: the rest only if already here
                 request = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
+from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR, call_rows
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
 from transformer_jax.export.ct2_translate import (
@@ -232,11 +232,6 @@ def _map_prefix(prefix: Any, prepare: Any) -> Any:
 
 
 def row_counts(max_rows: int) -> list[int]:
-    """The row counts batches of 1..max_rows sentences pad to: the powers of two below
-    `max_rows`, and `max_rows` (`decoding.batch_decode`: a call of fewer sentences than the
-    batch size pads to a power of two, a full one to the batch size)."""
-    counts, n = [], 1
-    while n < max_rows:
-        counts.append(n)
-        n *= 2
-    return [*counts, max_rows]
+    """The row counts batches of 1..max_rows sentences pad to (`decoding.batch_decode.
+    call_rows`: powers of two up to 8, multiples of 8 above, `max_rows` for a full batch)."""
+    return sorted({call_rows(n, max_rows) for n in range(1, max_rows + 1)})
