@@ -17,7 +17,8 @@ compile against milliseconds to run, so few shapes: a batch is padded to one of 
 program widths 16, 64, 256, ... (`program_width`), and its budget is an argument of the
 program (the search stops there), not a shape: the program's own output room is the budget
 of its width. A call with at least `batch_size` sentences pads every batch, the last too, to
-`batch_size` rows; a smaller call (a few lines to translate) to a power of two. So a test
+`batch_size` rows; a smaller call (a few lines to translate, a server's batch) to a power of
+two up to 8 rows, then to a multiple of 8 (`call_rows`). So a test
 split of sentences up to 64 tokens decodes with two programs (one per width; four with
 widths rounded to 8 before). The padding costs little: the search stops when every
 hypothesis has ended and beam search grows its cache with the output
