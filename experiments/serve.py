@@ -9,7 +9,7 @@ The model is loaded once; GET /health answers 503 while its decoding programs co
 of seconds on a CPU) and 200 after. On a CPU, batches are split over one XLA:CPU device
 per core (--cpu_devices; 0: JAX's single device). Requests that arrive within
 --batch_window_ms of each other (up to --max_batch_sentences sentences; adaptive batching
-closes a batch as soon as as many requests as last time are in) are decoded as one batch.
+closes a batch once as many requests as there were clients are in) are decoded as one batch.
 The decoding flags (--beam_size, --alpha, ...; unset: the run's) are the defaults a request
 can override. WORKSPACE.md ("Serving") lists the request fields and limits. Needs
 the `[serve]` extra (FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
@@ -55,8 +55,9 @@ flags.DEFINE_float(
 flags.DEFINE_bool(
     "adaptive_batching",
     True,
-    "Close a batch early once it holds as many requests as the last one did (a lone client "
-    "waits no window); --noadaptive_batching: always gather for --batch_window_ms.",
+    "Close a batch early once it holds as many requests as there were clients when the last "
+    "one ended (a lone client waits no window); --noadaptive_batching: always gather for "
+    "--batch_window_ms.",
 )
 flags.DEFINE_integer("max_batch_sentences", 64, "Most sentences decoded as one batch.")
 flags.DEFINE_integer("max_request_sentences", 64, "Most sentences in one request (400 above).")
