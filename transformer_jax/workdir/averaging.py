@@ -16,7 +16,9 @@ training layer knows: its caller passes the abstract state (`training.state.abst
 
 from __future__ import annotations
 
+import itertools
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -132,7 +134,8 @@ def last_readable(
     failed = False
     with quiet_failed_reads() as quiet:
         try:
-            for _ in range(_ROTATION_RETRIES):
+            patience = time.monotonic() + _ROTATION_PATIENCE_S
+            for attempt in itertools.count():
                 available = ckpt.list_steps(manager)
                 if end_step is not None and end_step not in available:
                     raise ckpt.NoCheckpointError(
@@ -167,7 +170,10 @@ def last_readable(
                         continue
                     if len(found) == last_n:
                         return found
-                if not rotated:
+                # Outrun by the saves: again, for a while (a loaded machine reads slowly).
+                if not rotated or (
+                    attempt + 1 >= _ROTATION_RETRIES and time.monotonic() > patience
+                ):
                     break
         finally:
             if failed:  # late echoes of the reads orbax abandoned
@@ -182,9 +188,12 @@ def last_readable(
     )
 
 
-# A reader slower than the trainer's saves could be outrun forever: after this many rounds
-# (a new save during each of 10 reads in a row) it gives up with TooFewCheckpointsError.
+# A reader slower than the trainer's saves could be outrun forever: it tries at least this
+# many rounds (a new save during each read) and for at least this long, then gives up with
+# TooFewCheckpointsError. Under load (a test suite beside a run saving every step) 10
+# rounds were not enough; a minute outlasts a short run.
 _ROTATION_RETRIES = 10
+_ROTATION_PATIENCE_S = 60.0
 
 
 def _rotated(manager: ocp.CheckpointManager, step: int, *, newest: int) -> bool:
