@@ -1,6 +1,6 @@
 """decoding/batch_decode.py over several devices: how many a call is split over
-(`_call_mesh`), that the split changes no token nor sample, and that the weights are
-replicated once per mesh (`_replicated`). Runs in a subprocess with 2 CPU devices."""
+(`_call_mesh`), that the split changes no token nor sample, and that a caller's
+params_cache keeps the weights placed on a mesh. Runs in a subprocess with 2 CPU devices."""
 
 from __future__ import annotations
 
@@ -61,11 +61,19 @@ SCRIPT = textwrap.dedent(
     alone = decode_all()
     assert split == alone, [k for k in split if split[k] != alone[k]]
 
-    # Replicated once per (params, mesh), again for other params.
-    mesh, _ = batch_decode._call_mesh(1, 1, 1)
-    first = batch_decode._replicated(params, mesh)
-    assert batch_decode._replicated(params, mesh) is first
-    assert batch_decode._replicated(dict(params), mesh) is not first
+    # A caller's params_cache keeps the weights placed on each mesh between calls.
+    cache = {}
+    got = batch_decode.decode_ids(
+        cfg, params, sources[:40], beam_size=1, alpha=0.6, params_cache=cache, **settings
+    )
+    assert [list(map(int, t)) for t in got] == alone[("ids", 40, 1)]
+    (mesh,) = cache
+    assert mesh.devices.size == 1  # this process now decodes everything on one device
+    placed = cache[mesh]
+    batch_decode.decode_ids(
+        cfg, params, sources[:3], beam_size=1, alpha=0.6, params_cache=cache, **settings
+    )
+    assert cache == {mesh: placed} and cache[mesh] is placed  # reused, not placed again
     print("OK")
     """
 )

@@ -27,15 +27,16 @@ hypothesis has ended and beam search grows its cache with the output
 Devices: a call's batches are split over the local devices (`runtime.cpu_devices` gives a
 CPU several) once each device gets at least `MIN_HYPOTHESES_PER_DEVICE` hypotheses (rows x
 beam, or samples); a smaller call decodes on fewer devices, as splitting it costs more in
-dispatch than it saves (`_call_mesh`). The weights are replicated once per mesh and kept
-(`_replicated`), not copied for every call: a server calls once per request batch.
+dispatch than it saves (`_call_mesh`). A caller that decodes many times with the same
+weights (a `Translator`: a server calls once per request batch) passes `params_cache`, a
+dict in which the weights placed on each mesh are kept, not copied for every call.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -144,22 +145,15 @@ def _call_mesh(n: int, batch_size: int, hypotheses: int) -> tuple[Any, int]:
     return model_decode.local_mesh(devices), _batch_rows(n, batch_size, devices)
 
 
-# (id(params), mesh) -> (params, params replicated over mesh): a few, newest last.
-_REPLICAS: dict[tuple[int, Any], tuple[Any, Any]] = {}
-
-
-def _replicated(params: Any, mesh: Any) -> Any:
-    """`params` replicated on every device of `mesh`, kept for the next call with the same
-    params object (weights are never changed in place here), so that a server's many small
-    calls do not copy the weights to each device every time."""
-    key = (id(params), mesh)
-    held = _REPLICAS.get(key)
-    if held is not None and held[0] is params:
-        return held[1]
-    placed = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
-    _REPLICAS[key] = (params, placed)
-    while len(_REPLICAS) > 4:  # the oldest out: a few models at a time
-        _REPLICAS.pop(next(iter(_REPLICAS)))
+def _placed(params: Any, mesh: Any, cache: MutableMapping[Any, Any] | None) -> Any:
+    """`params` replicated on every device of `mesh`, taken from / kept in `cache` (keyed by
+    mesh) when the caller gives one, so that its many small calls do not copy the weights to
+    each device every time."""
+    placed = cache.get(mesh) if cache is not None else None
+    if placed is None:
+        placed = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+        if cache is not None:
+            cache[mesh] = placed
     return placed
 
 
@@ -175,6 +169,7 @@ def decode_ids(
     batch_size: int,
     alpha: float,
     progress: Callable[[int, int], None] | None = None,
+    params_cache: MutableMapping[Any, Any] | None = None,
 ) -> list[np.ndarray]:
     """Decode non-empty id lists (each already ending in <eos>) -> generated ids per source.
 
@@ -186,12 +181,15 @@ def decode_ids(
     multiple of 8 (see the module docstring). Returns one (L,) array per source (the best
     hypothesis: `<eos>` then `<pad>`), L the budget of the batch's program width.
     `progress(done, total)` is called after each batch with the sources decoded so far.
+    `params_cache`: a dict kept by the caller for the weights placed on each mesh, for
+    calls with these same `params` only (module docstring).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
     call = _Call.start(
         model_config, params, sources, batch_size=batch_size, hypotheses=beam_size,
         max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
+        params_cache=params_cache,
     )  # fmt: skip
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
     for batch in call.batches(sources, batch_size, progress):
@@ -246,6 +244,7 @@ class _Call(NamedTuple):
         max_len_a: float,
         max_len_b: int,
         max_decode_len: int | None,
+        params_cache: MutableMapping[Any, Any] | None = None,
     ) -> _Call:
         """Checks the call (batch_size, every source within the position table) and places
         the weights; `hypotheses` per source (beam or samples) size the mesh."""
@@ -267,8 +266,8 @@ class _Call(NamedTuple):
             max_decode_len=max_decode_len,
             position_limit=limit,
         )
-        # Replicated on every device once (kept for later calls): not a copy per batch.
-        return cls(cfg, limit, mesh, num_rows, _replicated(params, mesh), budget)
+        # Replicated on every device once a call (or kept for later calls): not per batch.
+        return cls(cfg, limit, mesh, num_rows, _placed(params, mesh, params_cache), budget)
 
     def batches(
         self,
@@ -324,6 +323,7 @@ def decode_nbest(
     batch_size: int,
     progress: Callable[[int, int], None] | None = None,
     sample_ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray | None = None,
+    params_cache: MutableMapping[Any, Any] | None = None,
 ) -> list[list[Hypothesis]]:
     """`decode_ids` with every `DecodeOptions`: the n-best of each source, best first.
 
@@ -333,6 +333,7 @@ def decode_nbest(
       `max_decode_len`, the output budget is at least the prefix and `max_len_b` more tokens.
     sample_ids: each source's random identity when sampling: (num_sources,) or
       (num_sources, K) whole numbers >= 0 (`sampling.row_keys`); default its index.
+    params_cache: as `decode_ids`'.
     Returns nbest hypotheses per source (fewer when beam search finishes fewer).
     """
     options.validate()
@@ -343,6 +344,7 @@ def decode_nbest(
         model_config, params, sources, batch_size=batch_size,
         hypotheses=options.nbest if options.sampling else options.beam_size,
         max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
+        params_cache=params_cache,
     )  # fmt: skip
     limit, num_rows = call.limit, call.num_rows
     out: list[list[Hypothesis]] = [[] for _ in sources]

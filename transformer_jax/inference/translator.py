@@ -83,6 +83,9 @@ class Translator:
     # An ensemble's other members, ((model_config, params), ...): each step decodes with the
     # mean of every member's log-probabilities (`decoding.model_decode`). () = this model alone.
     ensemble: tuple[tuple[ModelConfig, Any], ...] = ()
+    # The weights placed on each device mesh decoding used (batch_decode's params_cache):
+    # kept with this translator, so that repeated calls (a server's) do not copy them.
+    _placed: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     # --- construction --------------------------------------------------------------------
 
@@ -284,10 +287,13 @@ class Translator:
                 batch_size=options["batch_size"],
                 progress=progress,
                 sample_ids=[(ids[i], p) for i, p in zip(owners, parts, strict=True)],
+                params_cache=self._placed,
             )
             decoded = [np.asarray(h[0].ids if h else [EOS_ID], np.int32) for h in nbest]
         else:
-            decoded = decode_ids(config, params, rows, progress=progress, **options)
+            decoded = decode_ids(
+                config, params, rows, progress=progress, params_cache=self._placed, **options
+            )
         texts: list[list[str]] = [[] for _ in sentences]
         target_ids: list[list[int]] = [[] for _ in sentences]
         tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
