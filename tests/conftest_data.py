@@ -9,6 +9,7 @@ Most tests use tiny generated zips laid out like the d2l archive. The real corpu
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
@@ -89,13 +90,21 @@ def small_zip(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def real_cfg(tmp_path_factory):
-    """Data config on the real corpus, built once per session (~30 s) in a temp dir."""
+    """Data config on the real corpus, built once per test run (~15-30 s) in a temp dir.
+
+    Under pytest-xdist the directory is shared by the run's workers (the parent of each
+    worker's base temp): `datasets.prepared_builder` builds under a file lock, so the first
+    worker builds each variant and the others wait and read it, as runs sharing a data_dir do.
+    """
     if not REAL_ZIP.is_file():
         pytest.skip(f"real corpus not found at {REAL_ZIP}; put fra-eng.zip there to run this test")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # .../pytest-N, this run's; each worker's own is .../pytest-N/popen-gwK
     cfg = config_lib.data_config()
     cfg.zip_path = str(REAL_ZIP)
     cfg.url = ""
-    cfg.data_dir = str(tmp_path_factory.mktemp("real") / "tfds")
+    cfg.data_dir = str(root / "real_corpus" / "tfds")
     return cfg
 
 
