@@ -11,7 +11,7 @@ per core (--cpu_devices; 0: JAX's single device). Requests that arrive within
 --batch_window_ms of each other (up to --max_batch_sentences sentences; adaptive batching
 closes a batch once as many requests as there were clients are in) are decoded as one batch.
 The decoding flags (--beam_size, --alpha, ...; unset: the run's) are the defaults a request
-can override. WORKSPACE.md ("Serving") lists the request fields and limits. Needs
+can override. WORKSPACE.md ("Serve over HTTP") lists the request fields and limits. Needs
 the `[serve]` extra (FastAPI, uvicorn): `pip install 'transformer_jax[serve]'`.
 """
 
@@ -27,10 +27,10 @@ from transformer_jax.runtime import cpu_devices
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (as translate's)
 # A server decodes batches of many requests: one CPU device per core (translate's default is
-# JAX's one device). With 64 clients on 2 cores, 2 devices decoded 1.9x the sentences/s of
-# one (benchmarks/README.md, "Serving"); a batch too small to gain decodes on one anyway.
+# JAX's one device). On 2 cores, 8 clients got 276-292 sentences/s with 2 devices, 241 with
+# one (benchmarks/README.md, "Speed"); a batch too small to gain decodes on one anyway.
 FLAGS.set_default("cpu_devices", cpu_devices.local_cores())
-# The longest a batch gathers (serving/batcher.py; benchmarks/README.md, "Serving").
+# The longest a batch gathers (serving/batcher.py; benchmarks/README.md, "Speed").
 WINDOW_MS = 5.0
 flags.DEFINE_enum(
     "engine",
