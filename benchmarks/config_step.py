@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from transformer_jax import launch
 from transformer_jax.runtime import configure_process
 from transformer_jax.training import build
 
@@ -68,4 +69,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=launch.flags_parser(required=("config",)))

@@ -24,6 +24,7 @@ from pathlib import Path
 from absl import app, flags, logging
 
 from configs import fra_eng
+from transformer_jax import launch
 from transformer_jax.evaluation import book_bleu
 from transformer_jax.inference import Translator
 from transformer_jax.launch import quiet_library_logs
@@ -137,4 +138,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=launch.flags_parser())

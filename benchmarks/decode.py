@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from transformer_jax import runtime
+from transformer_jax import launch, runtime
 from transformer_jax.runtime import host_memory
 
 FLAGS = flags.FLAGS
@@ -241,4 +241,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=launch.flags_parser())

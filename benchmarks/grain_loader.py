@@ -74,6 +74,7 @@ except ImportError:
     )
 
 from benchmarks.common import non_pad_tokens
+from transformer_jax import launch
 from transformer_jax.data import bucketing, create_input_pipeline, datasets
 from transformer_jax.data.config import validate_data_config
 from transformer_jax.data.encoding import TokenizedPairs, make_batch, pad_pairs
@@ -483,4 +484,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=launch.flags_parser())
