@@ -22,10 +22,10 @@ own (`per_line_samples = False`).
 
 Warm-up: each padded batch shape is one XLA program, compiled on first use (seconds on a
 CPU, `decoding.batch_decode`), so a server compiles before it answers `/health` with 200:
-every row count a merged batch of up to `max_sentences` lines pads to (1, 2, 4, ..., the
-decode batch size) at every program width of sources up to the run's training length
-(16 and 64 for fra_eng), for the default options. Requests with other options compile their
-own programs on first use.
+every row count a merged batch of up to `max_sentences` lines pads to (`row_counts`: 1, 2,
+4, 8, then multiples of 8 up to the decode batch size) at every program width of sources
+up to the run's training length (16 and 64 for fra_eng), for the default options. Requests
+with other options compile their own programs on first use.
 """
 
 from __future__ import annotations
