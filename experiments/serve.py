@@ -65,6 +65,13 @@ flags.DEFINE_integer("max_sentence_chars", 1000, "Most characters in one sentenc
 flags.DEFINE_integer("max_body_bytes", 1 << 20, "Most bytes in a request body (413 above).")
 flags.DEFINE_integer("max_beam_size", 16, "Largest beam_size a request may ask for.")
 flags.DEFINE_bool("warm_up", True, "Compile the decoding programs before /health answers 200.")
+flags.DEFINE_list(
+    "warm_up_beam_sizes",
+    [],
+    "More beam sizes the warm-up compiles for (the default options' always), e.g. 1 when "
+    "greedy requests come to a beam-4 server: unwarmed, each new batch shape compiles on first "
+    "use (seconds); each adds about the default's warm-up time.",
+)
 flags.DEFINE_bool("access_log", False, "Log one line per request (uvicorn's access log).")
 
 
@@ -159,7 +166,19 @@ def _engine():
         )
     except (NoCheckpointError, ValueError) as error:
         launch.fatal(str(error))
-    return JaxEngine(translator, text=FLAGS.text, **values)
+    try:
+        beams = [int(b) for b in FLAGS.warm_up_beam_sizes]
+        if any(b > FLAGS.max_beam_size for b in beams):
+            raise ValueError(f"--max_beam_size is {FLAGS.max_beam_size}")
+    except ValueError as error:
+        launch.fatal(
+            f"--warm_up_beam_sizes={','.join(FLAGS.warm_up_beam_sizes)}: give whole numbers from "
+            f"1 to --max_beam_size, comma-separated ({error})."
+        )
+    try:
+        return JaxEngine(translator, text=FLAGS.text, warm_up_beam_sizes=beams, **values)
+    except ValueError as error:
+        launch.fatal(str(error))
 
 
 def run() -> None:

@@ -57,16 +57,36 @@ class JaxEngine:
     name = "jax"
     per_line_samples = True  # a line's samples depend on its seed, line_id and text only
 
-    def __init__(self, translator: Translator, *, text: str = "natural", **defaults: Any):
+    def __init__(
+        self,
+        translator: Translator,
+        *,
+        text: str = "natural",
+        warm_up_beam_sizes: Sequence[int] = (),
+        **defaults: Any,
+    ):
         """`defaults`: decoding settings that replace the run's (None: the run's), e.g. the
-        server's --beam_size; `DecodeOptions` fields and `Translator` settings alike."""
+        server's --beam_size; `DecodeOptions` fields and `Translator` settings alike.
+        `warm_up_beam_sizes`: beam sizes whose programs `warm_up` compiles besides the
+        default options' (e.g. 1 for greedy requests on a beam-4 server)."""
         check_format("plain", text)
+        if any(not isinstance(b, int) or b < 1 for b in warm_up_beam_sizes):
+            raise ValueError(
+                f"warm-up beam sizes must be whole numbers >= 1: {warm_up_beam_sizes}."
+            )
         given = {k: v for k, v in defaults.items() if v is not None}
         names = DecodeOptions.field_names()
         settings = {**translator.settings, **{k: v for k, v in given.items() if k not in names}}
         self.translator = dataclasses.replace(translator, settings=settings)
         self.text = text
         self.default_options = decode_options(settings, {k: given[k] for k in given if k in names})
+        self.warm_up_options = [self.default_options] + [
+            dataclasses.replace(
+                self.default_options, beam_size=b, nbest=min(b, self.default_options.nbest)
+            )
+            for b in dict.fromkeys(warm_up_beam_sizes)
+            if b != self.default_options.beam_size
+        ]
 
     def options(self, given: dict[str, Any]) -> DecodeOptions:
         """A request's options over this engine's defaults; RequestError(400) if invalid."""
@@ -96,14 +116,16 @@ class JaxEngine:
 
     def warm_up(self, max_sentences: int) -> int:
         """Compiles the programs of batches of up to `max_sentences` lines with the default
-        options (module docstring); returns the number of batches decoded."""
+        options and the `warm_up_beam_sizes` (module docstring); returns the number of
+        batches decoded."""
         batch_size = self.translator.settings["batch_size"]
         counts = row_counts(min(max_sentences, batch_size))
         done = 0
-        for sentence in self._warm_up_sentences():
-            for count in counts:
-                self.translate([sentence] * count, self.default_options)
-                done += 1
+        for options in self.warm_up_options:
+            for sentence in self._warm_up_sentences():
+                for count in counts:
+                    self.translate([sentence] * count, options)
+                    done += 1
         return done
 
     def _warm_up_sentences(self) -> list[str]:
