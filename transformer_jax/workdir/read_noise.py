@@ -8,10 +8,10 @@ from C++, and Python reports the `RuntimeError: Event loop is closed` through
 line that says which checkpoint is bad. (Measured with orbax-checkpoint 0.12.8 and a
 random-bytes ocdbt file: 13-26 per failed tiny checkpoint, 150-450 for the default model.)
 
-The reads orbax abandoned also leave asyncio tasks holding their errors; when such a task
-is garbage-collected, asyncio logs "Task exception was never retrieved" with the error, one
-ERROR record per array, whenever the collector happens to run (so sometimes after the
-restore returned). `quiet_failed_reads()` installs a hook that drops exactly the closed-loop
+The reads orbax abandoned also leave asyncio tasks (and futures) holding their errors; when
+one is garbage-collected, asyncio logs "Task exception was never retrieved" (or "Future
+exception ...") with the error, one ERROR record per array, whenever the collector happens
+to run (so sometimes after the restore returned). `quiet_failed_reads()` installs a hook that drops exactly the closed-loop
 reports and passes every other unraisable exception to the hook it replaced, and a filter
 on the "asyncio" logger that drops the never-retrieved task errors; `drain` collects the
 abandoned tasks while both are in place. Both are removed on exit.
@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from typing import Any
 
 _CLOSED_LOOP = "Event loop is closed"
-_NEVER_RETRIEVED = "Task exception was never retrieved"
+# asyncio's words for a task's and for a plain future's (both seen from abandoned reads).
+_NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")
 
 
 class _Quiet(logging.Filter):
