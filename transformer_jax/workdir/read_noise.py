@@ -11,10 +11,11 @@ random-bytes ocdbt file: 13-26 per failed tiny checkpoint, 150-450 for the defau
 The reads orbax abandoned also leave asyncio tasks (and futures) holding their errors; when
 one is garbage-collected, asyncio logs "Task exception was never retrieved" (or "Future
 exception ...") with the error, one ERROR record per array, whenever the collector happens
-to run (so sometimes after the restore returned). `quiet_failed_reads()` installs a hook that drops exactly the closed-loop
-reports and passes every other unraisable exception to the hook it replaced, and a filter
-on the "asyncio" logger that drops the never-retrieved task errors; `drain` collects the
-abandoned tasks while both are in place. Both are removed on exit.
+to run (so sometimes after the restore returned). `quiet_failed_reads()` installs a hook
+that drops exactly the closed-loop reports and passes every other unraisable exception to
+the hook it replaced, and a filter on the "asyncio" logger that drops the never-retrieved
+errors; `drain` collects the abandoned tasks while both are in place. Both are removed on
+exit.
 """
 
 from __future__ import annotations
