@@ -121,8 +121,9 @@ class JaxEngine:
         batch_size = self.translator.settings["batch_size"]
         counts = row_counts(min(max_sentences, batch_size))
         done = 0
+        sentences = self._warm_up_sentences()  # the same for every option set
         for options in self.warm_up_options:
-            for sentence in self._warm_up_sentences():
+            for sentence in sentences:
                 for count in counts:
                     self.translate([sentence] * count, options)
                     done += 1
