@@ -315,6 +315,27 @@ def test_a_checkpoint_deleted_while_it_is_read_is_no_error(run_copy, monkeypatch
     assert not errors(caplog)  # was: "checkpoints/6 is corrupt or unusable"
 
 
+@pytest.mark.parametrize("vanished", [FileNotFoundError, NotADirectoryError])
+def test_a_step_deleted_while_orbax_lists_the_steps_is_listed_again(
+    run_copy, monkeypatch, vanished
+):
+    """orbax raises either error for a step deleted while it opens the manager (the second
+    when the step goes between its exists() and is_dir() checks): the listing is redone."""
+    import orbax.checkpoint as ocp
+
+    init, calls = ocp.CheckpointManager.__init__, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise vanished(f"{run_copy / 'checkpoints' / '2'}")
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "__init__", flaky)
+    assert Translator.from_workdir(run_copy).step == 6
+    assert len(calls) >= 2
+
+
 def test_a_reader_outrun_by_the_trainer_reads_its_newest_checkpoint(
     run_copy, tmp_path, monkeypatch
 ):

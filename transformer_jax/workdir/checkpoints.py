@@ -167,7 +167,7 @@ def make_manager(
 
     A reader may open it while a trainer rotates its checkpoints: orbax lists the steps and
     then reads each one's commit time, so a step deleted in between raises
-    FileNotFoundError; the listing is then simply done again.
+    FileNotFoundError (or NotADirectoryError); the listing is then simply done again.
     """
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep,
@@ -183,7 +183,7 @@ def make_manager(
                 item_names=("state", "data", "meta"),
             )
             break
-        except FileNotFoundError:
+        except _VANISHED:
             if attempt == _LISTING_ATTEMPTS - 1:
                 raise
     # orbax removes the temporary directories in a thread that only its first save waits
@@ -196,6 +196,9 @@ def make_manager(
 
 
 _LISTING_ATTEMPTS = 20  # a trainer deletes one step per save: a few tries always suffice
+# What orbax raises for a step deleted while it lists: FileNotFoundError, or, when the step
+# vanished between its `exists()` and `is_dir()` checks, NotADirectoryError (seen in CI).
+_VANISHED = (FileNotFoundError, NotADirectoryError)
 
 
 def list_steps(manager: ocp.CheckpointManager) -> list[int]:
@@ -204,7 +207,7 @@ def list_steps(manager: ocp.CheckpointManager) -> list[int]:
         try:
             manager.reload()
             return sorted(manager.all_steps())
-        except FileNotFoundError:
+        except _VANISHED:
             if attempt == _LISTING_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
