@@ -16,6 +16,7 @@ import sys
 from absl import app, flags
 
 from transformer_jax import launch
+from transformer_jax.runtime import commands
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Training workdir whose checkpoints to average.")
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> None:
     # Read back as evaluate will: proves the new workdir loads, and names the steps it holds.
     steps = Translator.from_workdir(written).averaged_steps
     print(f"Wrote the average of the checkpoints at steps {list(steps)} to {written}.")
-    print(f"Evaluate it with: python -m experiments.evaluate --workdir={written}")
+    print(f"Evaluate it with: {commands.command('evaluate', workdir=written)}")
 
 
 def run() -> None:

@@ -13,15 +13,11 @@ import ml_collections
 
 from transformer_jax.data import catalogue, splitting
 from transformer_jax.data.encoding import LONG_PAIRS
+from transformer_jax.runtime.commands import is_source_checkout
 
 # transformer_jax/data/config.py -> repository root. Not the cwd: tests and scripts run anywhere.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_ZIP = (REPO_ROOT / ".." / "shared" / "data" / "fra-eng.zip").resolve()
-
-
-def is_source_checkout() -> bool:
-    """True when the package runs from the repository (not from an installed copy)."""
-    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "configs").is_dir()
 
 
 def default_data_dir() -> Path:

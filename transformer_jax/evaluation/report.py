@@ -25,7 +25,6 @@ import numpy as np
 
 from transformer_jax.data import datasets, load_split_pairs, spread_subset
 from transformer_jax.data.batching import eval_batches
-from transformer_jax.data.config import is_source_checkout
 from transformer_jax.data.encoding import encode_pairs
 from transformer_jax.evaluation.bleu import (
     BOOTSTRAP_RESAMPLES,
@@ -37,7 +36,7 @@ from transformer_jax.evaluation.bleu import (
 from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
-from transformer_jax.runtime import compile_log
+from transformer_jax.runtime import commands, compile_log
 from transformer_jax.training.builder import mapped_eval_step
 from transformer_jax.training.metrics import sum_tree
 from transformer_jax.training.parallel import DataParallel
@@ -303,9 +302,6 @@ def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
 def where_lines(workdir: str | Path, report: dict[str, Any]) -> list[str]:
     """Where a finished run's files are, and the command that translates with its model."""
     workdir = Path(workdir)
-    translate = (
-        "python -m experiments.translate" if is_source_checkout() else "transformer-jax-translate"
-    )
     lines = [
         "",
         f"Model:       {workdir / CHECKPOINT_DIR / str(report['step'])} "
@@ -315,8 +311,8 @@ def where_lines(workdir: str | Path, report: dict[str, Any]) -> list[str]:
     if report.get("curves"):
         lines.append(f"Plots:       {report['curves']}")
     lines += [
-        f"TensorBoard: tensorboard --logdir {workdir / TENSORBOARD_DIR}",
-        f'Translate:   echo "i lost my keys ." | {translate} --workdir={workdir}',
+        f"TensorBoard: tensorboard --logdir {commands.shell_path(workdir / TENSORBOARD_DIR)}",
+        f'Translate:   echo "i lost my keys ." | {commands.command("translate", workdir=workdir)}',
     ]
     return lines
 

@@ -55,6 +55,7 @@ from transformer_jax.export.extras import import_extra
 from transformer_jax.inference.notes import source_notes
 from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
+from transformer_jax.runtime import commands
 
 # CTranslate2's beam search differs from ours in bookkeeping: it refills a finished
 # hypothesis's beam slot from 2W candidates (ours lets the slot go), and stops once
@@ -79,14 +80,14 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(
             f"{model_dir} has no {MANIFEST}: it is not a directory written by "
-            "`python -m experiments.export --format=ctranslate2`."
+            f"`{commands.command('export', format='ctranslate2')}`."
         )
     manifest = json.loads(path.read_text())
     kind = manifest.get("format")
     if kind != "ctranslate2":  # e.g. a StableHLO export: no CTranslate2 model to load
         raise ValueError(
             f"{model_dir} holds a {kind!r} export, not a CTranslate2 one: export the run with "
-            "`python -m experiments.export --format=ctranslate2`, or translate with "
+            f"`{commands.command('export', format='ctranslate2')}`, or translate with "
             "--engine=jax --workdir=RUN."
         )
     decoding = manifest.get("decoding")

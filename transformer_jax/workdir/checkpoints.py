@@ -37,6 +37,7 @@ from jax.experimental import multihost_utils
 from transformer_jax.data import check_vocabulary, load_tokenizer, load_tokenizers
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.nn import ModelConfig
+from transformer_jax.runtime.commands import train_command
 from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.read_noise import quiet_failed_reads
 from transformer_jax.workdir.state_checks import (
@@ -52,7 +53,6 @@ CHECKPOINT_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints_corrupt"
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
-TRAIN_COMMAND = "python -m experiments.train --config=configs/fra_eng.py --workdir={workdir}"
 
 
 class NoCheckpointError(FileNotFoundError):
@@ -85,7 +85,7 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     if not path.is_file():
         raise NoCheckpointError(
             f"{path} not found: {workdir} is not a training workdir. Create one with: "
-            + TRAIN_COMMAND.format(workdir=workdir)
+            + train_command(workdir)
         )
     try:
         values = json.loads(path.read_text())
@@ -370,6 +370,4 @@ def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, 
 
 
 def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
-    return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + TRAIN_COMMAND.format(
-        workdir=workdir
-    )
+    return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + train_command(workdir)

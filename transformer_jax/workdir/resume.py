@@ -33,6 +33,7 @@ from typing import Any
 import ml_collections
 from absl import logging
 
+from transformer_jax.runtime.commands import shell_path
 from transformer_jax.workdir import checkpoints as ckpt
 
 FREE_KEYS = frozenset(
@@ -143,7 +144,7 @@ def check_resume_config(
             f"{'; '.join(str(c) for c in refused)} (vs {workdir / ckpt.CONFIG_FILE}). Resuming "
             "would mix two runs, so nothing was written. Either train into a new "
             f"--workdir, or fine-tune this run's parameters in a new workdir: "
-            f"--workdir={new_workdir} {INIT_FROM_FLAG}={workdir}."
+            f"--workdir={shell_path(new_workdir)} {INIT_FROM_FLAG}={shell_path(workdir)}."
         )
     return changes
 
