@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.export.extras import INSTALL, MissingExtraError, import_extra
-
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 EXTRA = ("ctranslate2", "flatbuffers")
 

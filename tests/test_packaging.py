@@ -8,11 +8,14 @@ the source tree and installed as a wheel, exactly as `pip install .` installs it
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -20,13 +23,33 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-
 COMMANDS = ("train", "translate", "evaluate", "sweep", "export", "average", "serve")
 
 
 def _pyproject() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _minimum_python(spec: str) -> tuple[int, ...]:
+    """The lowest version a Requires-Python spec allows: ">=3.11" -> (3, 11); () if none."""
+    found = re.search(r">=\s*(\d+(?:\.\d+)*)", spec or "")
+    return tuple(int(part) for part in found.group(1).split(".")) if found else ()
+
+
+def test_requires_python_is_what_the_pinned_dependencies_need():
+    ours = _minimum_python(_pyproject()["project"]["requires-python"])
+    pinned = [
+        line.split("==")[0]
+        for line in (REPO / "requirements.txt").read_text().split()
+        if "==" in line
+    ]
+    needs = {
+        name: _minimum_python(importlib.metadata.metadata(name).get("Requires-Python"))
+        for name in pinned
+    }
+    too_new = {name: need for name, need in needs.items() if need > ours}
+    assert not too_new, f"requires-python allows {ours}, but these need more: {too_new}"
+    assert ours == max(needs.values()), "requires-python asks for more than any pin needs"
 
 
 def test_pyproject_lists_every_package_and_maps_configs_and_experiments():

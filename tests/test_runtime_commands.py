@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,6 @@ def test_a_value_with_spaces_quotes_and_dollars_is_one_argument():
 
 
 def test_installed_commands_are_the_console_scripts_pyproject_declares(monkeypatch):
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     monkeypatch.setattr(commands, "is_source_checkout", lambda: False)
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     for path in sorted((REPO / "experiments").glob("*.py")):
