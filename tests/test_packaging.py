@@ -31,9 +31,10 @@ def _pyproject() -> dict:
 
 
 def _minimum_python(spec: str) -> tuple[int, ...]:
-    """The lowest version a Requires-Python spec allows: ">=3.11" -> (3, 11); () if none."""
+    """The lowest version a Requires-Python spec allows: ">=3.11" -> (3, 11, 0); () if none."""
     found = re.search(r">=\s*(\d+(?:\.\d+)*)", spec or "")
-    return tuple(int(part) for part in found.group(1).split(".")) if found else ()
+    parts = [int(part) for part in found.group(1).split(".")] if found else []
+    return tuple(parts + [0] * (3 - len(parts)))[:3] if parts else ()
 
 
 def test_requires_python_is_what_the_pinned_dependencies_need():
