@@ -135,7 +135,7 @@ def _launch() -> None:
 
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
-    from transformer_jax.data import VocabularyMismatchError
+    from transformer_jax.data import DatasetReadError, VocabularyMismatchError
     from transformer_jax.data.corpus import CorruptArchiveError
     from transformer_jax.data.download import (
         ChecksumMismatchError,
@@ -174,6 +174,7 @@ def _train_and_report(training) -> None:
         ChecksumMismatchError,  # the corpus: a download or a file that cannot be used
         ConfigMismatchError,
         CorruptArchiveError,
+        DatasetReadError,  # the built dataset: damaged, or built from another zip
         DownloadError,
         ZipNotFoundError,
         InitFromError,

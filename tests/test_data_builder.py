@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shutil
 import sys
 
 import pytest
@@ -149,5 +150,32 @@ def test_stale_build_from_another_zip_is_refused(tmp_path, make_cfg, small_zip, 
     datasets.load_split_pairs(cfg, "train")
     other = make_zip(tmp_path / "other.zip", ["Go.\tVa !"] * 3)
     cfg.zip_path = str(other)
-    with pytest.raises(ValueError, match=r"was built from a zip with sha256 .* Delete"):
+    with pytest.raises(datasets.DatasetReadError, match=r"built from a zip with sha256 .* Delete"):
         datasets.load_split_pairs(cfg, "train")
+
+
+def _train_shard(cfg):
+    (shard,) = datasets.prepared_builder(cfg).data_path.glob("fra_eng-train.array_record*")
+    return shard
+
+
+def test_a_damaged_or_missing_shard_is_one_error_naming_the_folder_and_a_rebuild_fixes_it(
+    make_cfg, small_zip
+):
+    cfg = make_cfg(small_zip)
+    pairs = datasets.load_split_pairs(cfg, "train")
+    folder = datasets.prepared_builder(cfg).data_path
+    shard = _train_shard(cfg)
+    data = bytearray(shard.read_bytes())
+    for i in range(200, min(len(data), 400)):  # the first records, past the file header
+        data[i] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    with pytest.raises(datasets.DatasetReadError, match=r"train split: .*Corrupted") as raised:
+        datasets.load_split_pairs(cfg, "train")
+    assert f"delete {folder} and run again to rebuild it from the corpus" in str(raised.value)
+    shard.unlink()
+    with pytest.raises(datasets.DatasetReadError, match=r"train split: .*No such file"):
+        datasets.load_split_pairs(cfg, "train")
+    # The advice works: without the folder the next read rebuilds the same pairs.
+    shutil.rmtree(folder)
+    assert datasets.load_split_pairs(cfg, "train") == pairs

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, subprocess_env
+from transformer_jax.data import datasets
+
+pytest_plugins = ["tests.conftest_data"]
 
 CONFIG = f"--config={REPO / 'configs' / 'fra_eng.py'}"
 
@@ -137,3 +140,37 @@ def test_unreachable_corpus_mirror_is_one_fatal_line_naming_zip_path(tmp_path):
     assert last.startswith("FATAL: download of http://127.0.0.1:9/fra-eng.zip failed"), last
     assert "--config.data.zip_path=/path/to/fra-eng.zip" in last
     assert not (tmp_path / "run").exists()  # nothing of the run was started
+
+
+def test_a_damaged_built_dataset_is_one_fatal_line_naming_the_folder(tmp_path, make_cfg, small_zip):
+    """A built split that cannot be read (here: bytes flipped in the train shard) ends the
+    launch in one FATAL line that says which folder to delete to rebuild it."""
+    cfg = make_cfg(small_zip)  # builds under tmp_path/tfds, 20 % validation and test
+    datasets.load_split_pairs(cfg, "train")
+    folder = datasets.prepared_builder(cfg).data_path
+    (shard,) = folder.glob("fra_eng-train.array_record*")
+    data = bytearray(shard.read_bytes())
+    data[200:400] = bytes(b ^ 0x5A for b in data[200:400])
+    shard.write_bytes(bytes(data))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.train",
+            f"{CONFIG}:runlocal",
+            f"--workdir={tmp_path / 'run'}",
+            f"--config.data.zip_path={small_zip}",
+            f"--config.data.data_dir={cfg.data_dir}",
+            "--config.data.validation_fraction=0.2",
+            "--config.data.test_fraction=0.2",
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"FATAL: the fra_eng dataset built in {folder} cannot be read"), last
+    assert f"delete {folder} and run again" in last

@@ -7,7 +7,12 @@ from transformer_jax.data.batching import TrainIterator, eval_batches
 from transformer_jax.data.bucketing import padding_fraction, resolve_boundaries
 from transformer_jax.data.config import data_config, validate_data_config
 from transformer_jax.data.corpus import CorruptArchiveError
-from transformer_jax.data.datasets import load_split_pairs, split_sizes, spread_subset
+from transformer_jax.data.datasets import (
+    DatasetReadError,
+    load_split_pairs,
+    split_sizes,
+    spread_subset,
+)
 from transformer_jax.data.download import (
     KNOWN_DIGESTS,
     ChecksumMismatchError,
@@ -40,6 +45,7 @@ __all__ = [
     "UNK_ID",
     "ChecksumMismatchError",
     "CorruptArchiveError",
+    "DatasetReadError",
     "DownloadError",
     "EncodedPairs",
     "InputPipeline",

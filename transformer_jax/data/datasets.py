@@ -7,18 +7,53 @@ whose features `source_lang` / `target_lang` hold the two sides (e.g. "wmt14_tra
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
+from google.protobuf.message import DecodeError
 from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import download, fra_eng, locks, preprocessing
+
+
+class DatasetReadError(ValueError):
+    """The built dataset on disk cannot be used (damaged, half-deleted or built from another
+    zip); the message names its folder and says how to rebuild it."""
+
+
+# What reading a damaged build raises: array_record's "Corrupted Riegeli/records file" and
+# missing shards (RuntimeError, OSError), protobuf's DecodeError, a record that is not ours.
+_READ_ERRORS = (RuntimeError, OSError, ValueError, UnicodeDecodeError, IndexError, KeyError)
+
+
+@contextlib.contextmanager
+def _reading(
+    builder: tfds.core.DatasetBuilder, cfg: ml_collections.ConfigDict, split: str
+) -> Iterator[None]:
+    """Turns a failed read of a built split into one `DatasetReadError` naming the fix."""
+    try:
+        yield
+    except DatasetReadError:
+        raise
+    except (*_READ_ERRORS, DecodeError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        origin = (
+            f"the corpus ({cfg.zip_path or cfg.url})"
+            if cfg.name == config_lib.FRA_ENG
+            else "its source"
+        )
+        raise DatasetReadError(
+            f"the {cfg.name} dataset built in {builder.data_path} cannot be read ({split} "
+            f"split: {reason}). It is built data, not the corpus: delete {builder.data_path} "
+            f"and run again to rebuild it from {origin}."
+        ) from error
 
 
 def fra_eng_builder(cfg: ml_collections.ConfigDict) -> fra_eng.FraEng:
@@ -85,7 +120,7 @@ def _check_same_zip(builder: fra_eng.FraEng, cfg: ml_collections.ConfigDict) -> 
     built_from = builder.info.metadata.get("zip_sha256")
     current = download.file_digests(cfg.zip_path)["sha256"]
     if built_from and built_from != current:
-        raise ValueError(
+        raise DatasetReadError(
             f"the fra_eng dataset in {builder.data_path} was built from a zip with sha256 "
             f"{built_from}, but data.zip_path={cfg.zip_path} has sha256 {current}. Delete "
             f"{builder.data_path} to rebuild, or use another data.data_dir."
@@ -123,16 +158,17 @@ def load_split_pairs(cfg: ml_collections.ConfigDict, split: str) -> list[tuple[s
     """
     builder = prepared_builder(cfg)
     keys = (cfg.source_lang, cfg.target_lang)
-    if cfg.name == config_lib.FRA_ENG:
-        return _read_fra_eng(builder, split, keys)
-    source = builder.as_data_source(split=split)
-    pairs = []
-    # One record at a time: tfds.testing.mock_data's patched source breaks `__getitems__`.
-    for i in range(len(source)):
-        record = source[i]
-        src, tgt = (_text(record[key]) for key in keys)
-        pairs.append(preprocessing.preprocess_pair(src, tgt, book_style=cfg.book_preprocessing))
-    return pairs
+    with _reading(builder, cfg, split):
+        if cfg.name == config_lib.FRA_ENG:
+            return _read_fra_eng(builder, split, keys)
+        source = builder.as_data_source(split=split)
+        pairs = []
+        # One record at a time: tfds.testing.mock_data's patched source breaks `__getitems__`.
+        for i in range(len(source)):
+            record = source[i]
+            src, tgt = (_text(record[key]) for key in keys)
+            pairs.append(preprocessing.preprocess_pair(src, tgt, book_style=cfg.book_preprocessing))
+        return pairs
 
 
 def spread_subset(items: Sequence[T], n: int) -> list[T]:
