@@ -118,6 +118,17 @@ def test_sentencepiece_is_cached_and_not_retrained(tmp_path, monkeypatch):
         tokenizers.build_tokenizers(_cfg(shared_vocab=False), pairs[:-1], tmp_path)
 
 
+def test_a_damaged_cached_model_is_trained_again_to_the_same_model(tmp_path, caplog):
+    pairs = list(zip(_sp_corpus(), reversed(_sp_corpus()), strict=True))
+    (first,) = set(tokenizers.build_tokenizers(_cfg(shared_vocab=True), pairs, tmp_path))
+    (model,) = tmp_path.glob("spm-*/spm.model")
+    model.write_bytes(b"not a model")  # e.g. a disk fault; the cache key still matches
+    (again,) = set(tokenizers.build_tokenizers(_cfg(shared_vocab=True), pairs, tmp_path))
+    assert again.fingerprint == first.fingerprint
+    assert "cannot be read" in caplog.text and "training it again" in caplog.text
+    assert SentencePieceTokenizer.load(model.parent).fingerprint == first.fingerprint  # mended
+
+
 def test_shared_vocab_returns_one_object(tmp_path):
     pairs = list(zip(_sp_corpus(), reversed(_sp_corpus()), strict=True))
     src, tgt = tokenizers.build_tokenizers(_cfg(shared_vocab=True), pairs, tmp_path)

@@ -106,6 +106,9 @@ def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
     assert len(cached) == 1
     cached[0].write_text(json.dumps({"target_lang": "fr", "forms": {"x": "X"}}))
     assert build_truecaser(cfg, train, tmp_path / "cache").forms == {"x": "X"}  # the cache
+    cached[0].write_text('{"target_lang": "fr", "for')  # damaged: learned again, rewritten
+    assert build_truecaser(cfg, train, tmp_path / "cache") == truecaser
+    assert Truecaser.load(cached[0]) == truecaser
 
 
 def test_build_truecaser_without_the_zip_or_for_data_kept_as_written(make_zip, make_cfg, tmp_path):

@@ -21,6 +21,7 @@ from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import download, fra_eng, locks, preprocessing
+from transformer_jax.runtime.messages import first_line
 
 
 class DatasetReadError(ValueError):
@@ -43,7 +44,7 @@ def _reading(
     except DatasetReadError:
         raise
     except (*_READ_ERRORS, DecodeError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = first_line(error)
         origin = (
             f"the corpus ({cfg.zip_path or cfg.url})"
             if cfg.name == config_lib.FRA_ENG

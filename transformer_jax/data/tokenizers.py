@@ -15,6 +15,7 @@ from transformer_jax.data import locks
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-export)
 from transformer_jax.data.word_tokenizer import WordTokenizer
+from transformer_jax.runtime.messages import first_line
 
 _KINDS = {"word": WordTokenizer, "sentencepiece": SentencePieceTokenizer}
 
@@ -114,8 +115,17 @@ def _cached_sentencepiece(
     # One process trains; others started at the same time wait and load its model.
     with locks.exclusive(cache_dir / f".{key}.lock", what=f"training SentencePiece {key}"):
         if (directory / "tokenizer.json").is_file():
-            logging.info("Reusing SentencePiece model %s", directory)
-            return SentencePieceTokenizer.load(directory)
+            try:
+                tokenizer = SentencePieceTokenizer.load(directory)
+            except (OSError, RuntimeError) as error:  # damaged; derived data, so train it again
+                logging.warning(
+                    "The cached SentencePiece model in %s cannot be read (%s): training it again.",
+                    directory,
+                    first_line(error),
+                )
+            else:
+                logging.info("Reusing SentencePiece model %s", directory)
+                return tokenizer
         logging.info("Training SentencePiece (%s) on %d sentences", key, len(sentences))
         tokenizer = SentencePieceTokenizer.train(
             sentences, vocab_size=cfg.vocab_size, model_type=cfg.sp_model_type

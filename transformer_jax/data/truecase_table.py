@@ -20,6 +20,7 @@ from absl import logging
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import corpus, datasets, download, locks, preprocessing
 from transformer_jax.data.truecasing import Truecaser, learn_forms
+from transformer_jax.runtime.messages import first_line
 
 
 def _raw_fra_eng_targets(
@@ -73,7 +74,10 @@ def build_truecaser(
     path = cache_dir / f"truecaser-{cfg.target_lang}-{hasher.hexdigest()[:12]}.json"
     with locks.exclusive(cache_dir / f".{path.stem}.lock", what=f"learning {path.name}"):
         if path.is_file():
-            return Truecaser.load(path)
+            try:
+                return Truecaser.load(path)
+            except (OSError, ValueError) as error:  # damaged; derived data, so learn it again
+                logging.warning("%s: learning the table again.", first_line(error))
         if cfg.name == config_lib.FRA_ENG:
             targets = _raw_fra_eng_targets(cfg, set(train_pairs))
         else:
