@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 import ml_collections
 from absl import logging
 
-from transformer_jax.data import locks
+from transformer_jax.data import locks, sentencepiece_tokenizer
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-export)
 from transformer_jax.data.word_tokenizer import WordTokenizer
@@ -108,9 +108,12 @@ def _cached_sentencepiece(
     """Trains SentencePiece once per (settings, training text) and reuses the saved model.
 
     The cache key holds the hash of the exact training sentences, so a different split, slice,
-    dataset or preprocessing never silently reuses a stale model.
+    dataset or preprocessing never silently reuses a stale model, and the trainer's thread
+    count (`t2`), which changes the model: a cache trained with the machine's cores, before
+    the count was fixed, is not reused.
     """
-    key = f"spm-{cfg.sp_model_type}-{cfg.vocab_size}-{side}-{_text_hash(sentences)}"
+    threads = sentencepiece_tokenizer.TRAIN_THREADS
+    key = f"spm-{cfg.sp_model_type}-{cfg.vocab_size}-{side}-t{threads}-{_text_hash(sentences)}"
     directory = cache_dir / key
     # One process trains; others started at the same time wait and load its model.
     with locks.exclusive(cache_dir / f".{key}.lock", what=f"training SentencePiece {key}"):
