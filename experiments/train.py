@@ -135,7 +135,7 @@ def _launch() -> None:
 
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
-    from transformer_jax.data import DatasetReadError, VocabularyMismatchError
+    from transformer_jax.data import DatasetReadError, SplitError, VocabularyMismatchError
     from transformer_jax.data.corpus import CorruptArchiveError
     from transformer_jax.data.download import (
         ChecksumMismatchError,
@@ -175,6 +175,7 @@ def _train_and_report(training) -> None:
         ConfigMismatchError,
         CorruptArchiveError,
         DatasetReadError,  # the built dataset: damaged, or built from another zip
+        SplitError,  # a split or slice the dataset does not have
         DownloadError,
         ZipNotFoundError,
         InitFromError,

@@ -165,6 +165,10 @@ def test_a_damaged_or_missing_shard_is_one_error_naming_the_folder_and_a_rebuild
     cfg = make_cfg(small_zip)
     pairs = datasets.load_split_pairs(cfg, "train")
     folder = datasets.prepared_builder(cfg).data_path
+    for bad_split in ("trian", "train[5:2]"):  # the caller's mistake: never "delete the data"
+        with pytest.raises(ValueError) as raised:
+            datasets.load_split_pairs(cfg, bad_split)
+        assert not isinstance(raised.value, datasets.DatasetReadError), raised.value
     shard = _train_shard(cfg)
     data = bytearray(shard.read_bytes())
     for i in range(200, min(len(data), 400)):  # the first records, past the file header

@@ -142,29 +142,22 @@ def test_unreachable_corpus_mirror_is_one_fatal_line_naming_zip_path(tmp_path):
     assert not (tmp_path / "run").exists()  # nothing of the run was started
 
 
-def test_a_damaged_built_dataset_is_one_fatal_line_naming_the_folder(tmp_path, make_cfg, small_zip):
-    """A built split that cannot be read (here: bytes flipped in the train shard) ends the
-    launch in one FATAL line that says which folder to delete to rebuild it."""
-    cfg = make_cfg(small_zip)  # builds under tmp_path/tfds, 20 % validation and test
-    datasets.load_split_pairs(cfg, "train")
-    folder = datasets.prepared_builder(cfg).data_path
-    (shard,) = folder.glob("fra_eng-train.array_record*")
-    data = bytearray(shard.read_bytes())
-    data[200:400] = bytes(b ^ 0x5A for b in data[200:400])
-    shard.write_bytes(bytes(data))
+def _launch_on(cfg, zip_path, *flags: str) -> str:
+    """The train launcher on a built small corpus; returns its last stderr line, a FATAL."""
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "experiments.train",
             f"{CONFIG}:runlocal",
-            f"--workdir={tmp_path / 'run'}",
-            f"--config.data.zip_path={small_zip}",
+            f"--workdir={Path(cfg.data_dir).parent / 'run'}",
+            f"--config.data.zip_path={zip_path}",
             f"--config.data.data_dir={cfg.data_dir}",
             "--config.data.validation_fraction=0.2",
             "--config.data.test_fraction=0.2",
+            *flags,
         ],
-        cwd=tmp_path,
+        cwd=Path(cfg.data_dir).parent,
         env=subprocess_env(),
         capture_output=True,
         text=True,
@@ -172,5 +165,23 @@ def test_a_damaged_built_dataset_is_one_fatal_line_naming_the_folder(tmp_path, m
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("FATAL: "), last
+    return last
+
+
+def test_a_split_too_small_or_a_damaged_build_is_one_fatal_line(make_cfg, small_zip):
+    """runlocal's train[:2000] of a 108-pair train split names the split and the sizes; a
+    built split that cannot be read (bytes flipped in its shard) names the folder to delete."""
+    cfg = make_cfg(small_zip)  # builds under tmp_path/tfds, 20 % validation and test
+    datasets.load_split_pairs(cfg, "train")
+    last = _launch_on(cfg, small_zip)
+    assert "split 'train[:2000]' cannot be read from fra_eng" in last, last
+    assert "its splits and sizes: train 108," in last, last
+    folder = datasets.prepared_builder(cfg).data_path
+    (shard,) = folder.glob("fra_eng-train.array_record*")
+    data = bytearray(shard.read_bytes())
+    data[200:400] = bytes(b ^ 0x5A for b in data[200:400])
+    shard.write_bytes(bytes(data))
+    last = _launch_on(cfg, small_zip, "--config.data.train_split=train")
     assert last.startswith(f"FATAL: the fra_eng dataset built in {folder} cannot be read"), last
     assert f"delete {folder} and run again" in last

@@ -9,6 +9,7 @@ from transformer_jax.data.config import data_config, validate_data_config
 from transformer_jax.data.corpus import CorruptArchiveError
 from transformer_jax.data.datasets import (
     DatasetReadError,
+    SplitError,
     load_split_pairs,
     split_sizes,
     spread_subset,
@@ -46,6 +47,7 @@ __all__ = [
     "ChecksumMismatchError",
     "CorruptArchiveError",
     "DatasetReadError",
+    "SplitError",
     "DownloadError",
     "EncodedPairs",
     "InputPipeline",

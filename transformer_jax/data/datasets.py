@@ -29,21 +29,23 @@ class DatasetReadError(ValueError):
     zip); the message names its folder and says how to rebuild it."""
 
 
-# What reading a damaged build raises: array_record's "Corrupted Riegeli/records file" and
-# missing shards (RuntimeError, OSError), protobuf's DecodeError, a record that is not ours.
-_READ_ERRORS = (RuntimeError, OSError, ValueError, UnicodeDecodeError, IndexError, KeyError)
+# What reading the records of a damaged build raises: array_record's "Corrupted Riegeli/records
+# file" and "open() failed" for a missing shard (RuntimeError), protobuf's DecodeError, text
+# or features that are not ours. Not ValueError at large: a bad split name is the caller's.
+_READ_ERRORS = (RuntimeError, OSError, DecodeError, UnicodeDecodeError, IndexError, KeyError)
 
 
 @contextlib.contextmanager
 def _reading(
     builder: tfds.core.DatasetBuilder, cfg: ml_collections.ConfigDict, split: str
 ) -> Iterator[None]:
-    """Turns a failed read of a built split into one `DatasetReadError` naming the fix."""
+    """Turns a failed read of a built split's records into one `DatasetReadError` naming the
+    fix. Only the reads: opening the split (its name and slice) raises as it did."""
     try:
         yield
     except DatasetReadError:
         raise
-    except (*_READ_ERRORS, DecodeError) as error:
+    except _READ_ERRORS as error:
         reason = first_line(error)
         origin = (
             f"the corpus ({cfg.zip_path or cfg.url})"
@@ -54,6 +56,26 @@ def _reading(
             f"the {cfg.name} dataset built in {builder.data_path} cannot be read ({split} "
             f"split: {reason}). It is built data, not the corpus: delete {builder.data_path} "
             f"and run again to rebuild it from {origin}."
+        ) from error
+
+
+class SplitError(ValueError):
+    """A split name or slice the built dataset does not have; the message lists its splits."""
+
+
+def _data_source(builder: tfds.core.DatasetBuilder, split: str, **kwargs):
+    """`builder.as_data_source(split)` and its length; a split or slice the dataset does not
+    have (a typo, `train[:2000]` of 108 pairs) is a `SplitError` listing the splits there are."""
+    try:
+        source = builder.as_data_source(split=split, **kwargs)
+        return source, len(source)
+    except ValueError as error:
+        sizes = ", ".join(
+            f"{name} {info.num_examples:,}" for name, info in builder.info.splits.items()
+        )
+        raise SplitError(
+            f"split {split!r} cannot be read from {builder.name} ({first_line(error)}); its "
+            f"splits and sizes: {sizes} (TFDS slices: train[:1000], train[10%:], ...)."
         ) from error
 
 
@@ -138,18 +160,25 @@ def _text(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _read_fra_eng(builder: tfds.core.DatasetBuilder, split: str, keys: tuple[str, str]):
+def _read_fra_eng(
+    builder: tfds.core.DatasetBuilder,
+    cfg: ml_collections.ConfigDict,
+    split: str,
+    keys: tuple[str, str],
+):
     """Fast path for our own builder: raw records parsed with protobuf directly.
 
     TFDS's generic numpy decoding costs ~70 us per example (11 s for the train split); parsing
     the `tf.train.Example` bytes ourselves takes ~2 s for all of it.
     """
-    source = builder.as_data_source(split=split, deserialize_method=_RAW)
-    records = source.__getitems__(list(range(len(source))))
-    pairs = []
-    for record in records:
-        feature = tf_example_pb2.Example.FromString(record).features.feature
-        pairs.append(tuple(feature[key].bytes_list.value[0].decode("utf-8") for key in keys))
+    source, size = _data_source(builder, split, deserialize_method=_RAW)
+    indices = list(range(size))
+    with _reading(builder, cfg, split):
+        records = source.__getitems__(indices)
+        pairs = []
+        for record in records:
+            feature = tf_example_pb2.Example.FromString(record).features.feature
+            pairs.append(tuple(feature[key].bytes_list.value[0].decode("utf-8") for key in keys))
     return pairs
 
 
@@ -159,17 +188,17 @@ def load_split_pairs(cfg: ml_collections.ConfigDict, split: str) -> list[tuple[s
     """
     builder = prepared_builder(cfg)
     keys = (cfg.source_lang, cfg.target_lang)
+    if cfg.name == config_lib.FRA_ENG:
+        return _read_fra_eng(builder, cfg, split, keys)
+    source, size = _data_source(builder, split)
+    pairs = []
     with _reading(builder, cfg, split):
-        if cfg.name == config_lib.FRA_ENG:
-            return _read_fra_eng(builder, split, keys)
-        source = builder.as_data_source(split=split)
-        pairs = []
         # One record at a time: tfds.testing.mock_data's patched source breaks `__getitems__`.
-        for i in range(len(source)):
+        for i in range(size):
             record = source[i]
             src, tgt = (_text(record[key]) for key in keys)
             pairs.append(preprocessing.preprocess_pair(src, tgt, book_style=cfg.book_preprocessing))
-        return pairs
+    return pairs
 
 
 def spread_subset(items: Sequence[T], n: int) -> list[T]:
