@@ -91,7 +91,7 @@ def _lines() -> list[str]:
 
 
 def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
-    make_zip, make_cfg, tmp_path
+    make_zip, make_cfg, tmp_path, caplog
 ):
     cfg = make_cfg(make_zip(tmp_path / "fra-eng.zip", _lines()))
     train = datasets.load_split_pairs(cfg, cfg.train_split)
@@ -109,6 +109,7 @@ def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
     cached[0].write_text('{"target_lang": "fr", "for')  # damaged: learned again, rewritten
     assert build_truecaser(cfg, train, tmp_path / "cache") == truecaser
     assert Truecaser.load(cached[0]) == truecaser
+    assert "cannot be read (" in caplog.text and "learning it again" in caplog.text
 
 
 def test_build_truecaser_without_the_zip_or_for_data_kept_as_written(make_zip, make_cfg, tmp_path):

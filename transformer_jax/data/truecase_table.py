@@ -77,7 +77,11 @@ def build_truecaser(
             try:
                 return Truecaser.load(path)
             except (OSError, ValueError) as error:  # damaged; derived data, so learn it again
-                logging.warning("%s: learning the table again.", first_line(error))
+                logging.warning(
+                    "The cached truecaser table %s cannot be read (%s): learning it again.",
+                    path,
+                    first_line(error.__cause__ or error),  # the JSON error, not the advice
+                )
         if cfg.name == config_lib.FRA_ENG:
             targets = _raw_fra_eng_targets(cfg, set(train_pairs))
         else:
