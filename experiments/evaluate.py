@@ -8,7 +8,7 @@ r"""Evaluate a trained run on a split of its data: flags in, `evaluation.evaluat
 Scores the whole test split by default: sacreBLEU and chrF with their signatures and BLEU by
 source length. `--split` takes the dataset's split names (train, validation, test; fra_eng
 also full) and TFDS slices such as test[:500]. Prints the Markdown report and writes it with
-its JSON into the workdir, named after what was scored and how (`report_name`:
+its JSON into the workdir (or --report_dir), named after what was scored and how (`report_name`:
 eval_test.md, eval_test_n500_beam_size-4.md, ...); the run's own eval_report.{json,md} and
 training_curves.png, written at the end of training, stay as they are.
 """
@@ -33,6 +33,11 @@ flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
+flags.DEFINE_string(
+    "report_dir",
+    None,
+    "Where to write the report; default the run's workdir (give one for a read-only run).",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -60,11 +65,12 @@ def main(argv: list[str]) -> None:
             num_examples=FLAGS.num_examples,
             num_samples=FLAGS.num_samples,
             name=name,
+            report_dir=FLAGS.report_dir,
         )
     except (NoCheckpointError, ValueError) as error:
         print(f"FATAL: {error}", file=sys.stderr)
         sys.exit(2)
-    json_path, md_path = report_paths(run, name)
+    json_path, md_path = report_paths(FLAGS.report_dir or run, name)
     print(md_path.read_text())
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
 

@@ -140,3 +140,25 @@ def test_build_truecaser_for_another_dataset_in_the_book_form(tmp_path):
     assert train[0] == ("vi o joão .", "i saw john , and john saw me .")
     assert truecaser == Truecaser("en", {"i": "I", "john": "John"})
     assert truecaser.natural("hello , i saw john !") == "Hello, I saw John!"
+
+
+def test_a_table_that_cannot_be_cached_is_used_uncached(make_zip, make_cfg, tmp_path, monkeypatch):
+    import errno
+
+    cfg = make_cfg(make_zip(tmp_path / "fra-eng.zip", _lines()))
+    train = datasets.load_split_pairs(cfg, cfg.train_split)
+
+    def read_only(self, path):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(Truecaser, "save", read_only)
+    truecaser = build_truecaser(cfg, train, tmp_path / "cache")
+    assert truecaser.forms["jean"] == "Jean"
+    assert not list((tmp_path / "cache").glob("truecaser-*.json"))
+
+    def full_disk(self, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(Truecaser, "save", full_disk)  # not read-only: still an error
+    with pytest.raises(OSError, match="No space left"):
+        build_truecaser(cfg, train, tmp_path / "cache")

@@ -167,6 +167,28 @@ def test_evaluate_takes_the_data_split_names(workdir):
 
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
+def test_a_report_that_cannot_be_written_fails_before_decoding(workdir, tmp_path, monkeypatch):
+    """A run on a read-only disk (here: a report_dir under a file, which cannot be created)
+    is refused before any decoding; another report_dir takes the report, not the workdir."""
+    from transformer_jax.evaluation import report as report_lib
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before checking where the report goes")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(report_lib, "evaluate_translator", no_decoding)
+        blocked = tmp_path / "a_file"
+        blocked.write_text("")
+        with pytest.raises(ValueError, match=r"cannot write the report into .*--report_dir=DIR"):
+            evaluate_workdir(workdir, num_examples=4, name="x", report_dir=blocked / "reports")
+    before = sorted(p.name for p in workdir.iterdir())
+    evaluate_workdir(workdir, num_examples=4, num_samples=0, name="x", report_dir=tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["x.json", "x.md"]
+    assert sorted(p.name for p in workdir.iterdir()) == before
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
 def test_translate_command_reads_stdin(workdir, tmp_path):
     # Every separator str.splitlines() knows, a CRLF line, a blank line, ANSI escapes, a
     # lone "\r" and a line of invalid UTF-8: seven input lines give seven output lines, in

@@ -127,12 +127,24 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
         else:
             builder = catalogue_builder(cfg)
         # A no-op when the dataset is already in data_dir.
-        builder.download_and_prepare(
-            file_format="array_record",
-            download_config=tfds.download.DownloadConfig(
-                manual_dir=str(download_manual_dir(cfg)) if cfg.name == config_lib.FRA_ENG else None
-            ),
-        )
+        try:
+            builder.download_and_prepare(
+                file_format="array_record",
+                download_config=tfds.download.DownloadConfig(
+                    manual_dir=str(download_manual_dir(cfg))
+                    if cfg.name == config_lib.FRA_ENG
+                    else None
+                ),
+            )
+        except OSError as error:
+            if not locks.is_read_only_error(error):
+                raise
+            raise DatasetReadError(
+                f"data.data_dir={cfg.data_dir} cannot be written ({first_line(error)}) and "
+                f"holds no {cfg.name} build for this config ({builder.data_path}): point "
+                "data.data_dir at a writable directory, or build the dataset there once "
+                "where it can be written."
+            ) from error
     return builder
 
 

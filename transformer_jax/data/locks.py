@@ -7,11 +7,15 @@ the same SentencePiece model together, and the second to finish fails to rename 
 others wait, then find the result on disk and reuse it.
 
 `fcntl.flock` locks belong to the open file, so a process that dies releases its lock.
+
+A directory no process can write to (a shared, read-only dataset mount) has nothing to race
+over: there the block runs without a lock, reading what was built before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import time
 from collections.abc import Iterator
@@ -19,16 +23,35 @@ from pathlib import Path
 
 from absl import logging
 
+# What writing into a directory this process cannot write to raises (OSError.errno).
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def is_read_only_error(error: OSError) -> bool:
+    """Whether `error` says the directory cannot be written (read-only mount, permissions)."""
+    return error.errno in READ_ONLY_ERRNOS
+
 
 @contextlib.contextmanager
 def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
     """Holds an exclusive lock on `lock_file` (created with its parents) for the block.
 
     Waits as long as another process holds it, saying once in the log what it waits for.
+    Where the lock file cannot be created (a read-only directory) the block runs unlocked.
     """
     lock_file = Path(lock_file)
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a+") as handle:
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_file, "a+")  # closed by the `with handle` below
+    except OSError as error:
+        if not is_read_only_error(error):
+            raise
+        logging.info(
+            "%s is read-only here: %s without a lock.", lock_file.parent, what or "reading"
+        )
+        yield
+        return
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -133,7 +133,17 @@ def _cached_sentencepiece(
         tokenizer = SentencePieceTokenizer.train(
             sentences, vocab_size=cfg.vocab_size, model_type=cfg.sp_model_type
         )
-        tokenizer.save(directory)
+        try:
+            tokenizer.save(directory)
+        except OSError as error:
+            if not locks.is_read_only_error(error):
+                raise
+            logging.warning(
+                "Cannot cache the SentencePiece model in %s (%s): using it uncached; "
+                "the next run trains it again.",
+                cache_dir,
+                first_line(error),
+            )
     return tokenizer
 
 

@@ -93,7 +93,16 @@ def build_truecaser(
             )
             return Truecaser(cfg.target_lang)
         truecaser = Truecaser(cfg.target_lang, learn_forms(targets))
-        truecaser.save(path)
+        try:
+            truecaser.save(path)
+        except OSError as error:
+            if not locks.is_read_only_error(error):
+                raise
+            logging.warning(
+                "Cannot cache the truecaser table in %s (%s): using it uncached.",
+                cache_dir,
+                first_line(error),
+            )
         logging.info(
             "Learned the usual form of %d words from %d training targets (%s)",
             len(truecaser.forms),

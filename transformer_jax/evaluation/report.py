@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.runtime import commands, compile_log
+from transformer_jax.runtime.messages import first_line
 from transformer_jax.training.builder import mapped_eval_step
 from transformer_jax.training.metrics import sum_tree
 from transformer_jax.training.parallel import DataParallel
@@ -143,6 +145,7 @@ def evaluate_workdir(
     num_samples: int = 10,
     write: bool = True,
     name: str | None = None,
+    report_dir: str | Path | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Translate the pairs of `split` of a run's data and score them.
@@ -156,7 +159,9 @@ def evaluate_workdir(
     Writes the run's report, `eval_report.json`, `eval_report.md` and `training_curves.png`
     (from metrics.jsonl), into the workdir unless `write=False`; with a `name` (e.g.
     `report_name(...)`) `<name>.json` and `<name>.md` instead, and no curves, so that an
-    evaluation with other settings leaves the run's own report. Returns the report dict.
+    evaluation with other settings leaves the run's own report. `report_dir`: where to write
+    instead of the workdir (a run on a read-only disk); checked before anything is decoded.
+    Returns the report dict.
     `workdir` may name an ensemble (comma-separated workdirs, each `dir` or `dir@STEP`:
     `inference.load_translator`; the report goes to the first). `options`: `DecodeOptions`
     fields (nbest, temperature, top_k, top_p, seed, prefix; None = the default); the best
@@ -164,7 +169,10 @@ def evaluate_workdir(
     """
     runs = str(workdir)
     workdir = Path(split_checkpoint(runs.split(",")[0].strip())[0])
+    out_dir = Path(report_dir) if report_dir else workdir
     config = load_config(workdir)  # the split is checked before the parameters are read
+    if write:
+        check_writable(out_dir)  # before the decoding, not after it
     split = check_split(split or config.data.test_split, split_names(config), config.data.name)
     translator = load_translator(runs, step, average_last=average_last)
     pairs = load_split_pairs(config.data, split)
@@ -193,17 +201,31 @@ def evaluate_workdir(
         ),
     }
     if write:
-        json_path, md_path = report_paths(workdir, name)
+        json_path, md_path = report_paths(out_dir, name)
         json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
         md_path.write_text(format_report(report))
         metrics = workdir / METRICS_FILE
         if name is None and metrics.is_file():
             try:
-                plot_training_curves(metrics, workdir / CURVES_PNG)
-                report["curves"] = str(workdir / CURVES_PNG)
+                plot_training_curves(metrics, out_dir / CURVES_PNG)
+                report["curves"] = str(out_dir / CURVES_PNG)
             except ValueError:  # a log without loss/BLEU fields: nothing to draw
                 pass
     return report
+
+
+def check_writable(directory: str | Path) -> None:
+    """Raises a ValueError naming `directory` and the fix unless a file can be written there."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write_check"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"cannot write the report into {directory} ({first_line(error)}); write it "
+            "elsewhere with report_dir (evaluate: --report_dir=DIR)."
+        ) from error
 
 
 def report_paths(workdir: str | Path, name: str | None = None) -> tuple[Path, Path]:
