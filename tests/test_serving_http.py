@@ -7,6 +7,7 @@ a tiny trained workdir for the launcher.
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
 import re
@@ -438,7 +439,10 @@ def test_the_ctranslate2_engine_over_http_matches_translate_lines(workdir, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
-def test_the_launcher_serves_a_trained_run_and_stops_on_ctrl_c(workdir):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_the_launcher_serves_a_trained_run_and_stops_gracefully(workdir, stop):
+    """Ctrl-C and SIGTERM (`docker stop`) alike: a request in flight is answered, then
+    "Server stopped." and exit 0."""
     process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=4"])
     try:
         url = None
@@ -448,14 +452,25 @@ def test_the_launcher_serves_a_trained_run_and_stops_on_ctrl_c(workdir):
                 url = found.group(1)
                 break
         assert url, "the server never said where it listens"
-        threading.Thread(target=process.stderr.read, daemon=True).start()
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(process.stderr.read()), daemon=True)
+        reader.start()
         health = wait_healthy(url, timeout=300)
         assert health["engine"] == "jax" and health["step"] == 2
         status, answer = request(url, "POST", "/translate", {"text": ["Go.", "I lost."]})
         assert status == 200 and len(answer["translations"]) == 2, answer
         assert all(isinstance(t, str) for t in answer["translations"])
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
+        # A request in flight when the signal comes is still answered.
+        body = {"text": ["I am cold.", "We lost."], "beam_size": 8}  # a new width: compiles
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(request, url, "POST", "/translate", body)
+            time.sleep(0.2)
+            process.send_signal(stop)
+            assert process.wait(timeout=60) == 0
+            status, answer = in_flight.result(timeout=60)
+        assert status == 200 and len(answer["translations"]) == 2, answer
+        reader.join(timeout=10)
+        assert rest and rest[0].rstrip().endswith("Server stopped."), rest
     finally:
         if process.poll() is None:
             process.kill()

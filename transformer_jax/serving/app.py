@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -213,12 +214,26 @@ def make_server(app: FastAPI, *, access_log: bool = False) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
+class Terminated(Exception):
+    """SIGTERM, raised once uvicorn has shut down on it (see `serve`)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def serve(
     app: FastAPI, sock: socket.socket, *, access_log: bool = False, stderr: Any = None
 ) -> uvicorn.Server:
     """Runs `app` on the bound `sock` until Ctrl-C/SIGTERM (or `server.should_exit`); says
     where it listens on `stderr` first. `app.state.server` is the uvicorn server (set
-    `should_exit` to stop it). Returns the stopped server."""
+    `should_exit` to stop it). Returns the stopped server.
+
+    On either signal uvicorn stops taking connections, lets the requests in flight finish,
+    then raises the signal again under the handler it found: SIGTERM's default would end the
+    process there (exit 143, no closing line), so in the main thread `serve` installs one
+    that raises `Terminated`, and a `docker stop` ends as Ctrl-C does: "Server stopped.",
+    exit 0."""
     server = make_server(app, access_log=access_log)
     app.state.server = server
     print(
@@ -226,10 +241,15 @@ def serve(
         file=stderr or sys.stderr,
         flush=True,
     )
+    main = threading.current_thread() is threading.main_thread()  # signals go to it only
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on
+    except (KeyboardInterrupt, Terminated):  # uvicorn re-raises the signal it shut down on
         pass
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     print("Server stopped.", file=stderr or sys.stderr, flush=True)
     return server
 
