@@ -221,6 +221,38 @@ def test_command_writes_a_workdir_evaluate_can_read(workdir, tmp_path):
         write_averaged_checkpoint(workdir, 2, workdir, abstract_state=abstract_state)
 
 
+def test_a_write_stopped_midway_leaves_no_output_and_the_next_try_succeeds(
+    workdir, tmp_path, monkeypatch
+):
+    """The average is written aside and moved into place: a save that dies (as a killed
+    process would) leaves no half-written output workdir to refuse on the next try."""
+    from transformer_jax.workdir import averaging
+
+    abstract_state = abstract_run_state(workdir)
+    output = tmp_path / "avg"
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt  # stands in for a kill in the middle of the save
+
+    with monkeypatch.context() as patch:
+        patch.setattr(averaging.ckpt, "save_checkpoint", dies)
+        with pytest.raises(KeyboardInterrupt):
+            write_averaged_checkpoint(workdir, 2, output, abstract_state=abstract_state)
+    assert not output.exists() and (tmp_path / ".avg.partial").is_dir()
+    write_averaged_checkpoint(workdir, 2, output, abstract_state=abstract_state)
+    assert Translator.from_workdir(output).averaged_steps == (2, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["avg"]  # the partial one is gone
+    # An existing folder without checkpoints (made by hand) receives the files.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    write_averaged_checkpoint(workdir, 2, other, abstract_state=abstract_state)
+    assert sorted(p.name for p in other.iterdir()) == [
+        "checkpoints", "config.json", "notes.txt", "tokenizer"
+    ]  # fmt: skip
+    assert Translator.from_workdir(other).averaged_steps == (2, 3)
+
+
 def test_command_reports_bad_input_as_fatal(workdir, tmp_path):
     result = subprocess.run(
         [

@@ -267,14 +267,39 @@ def write_averaged_checkpoint(
     finally:
         manager.close()
 
-    output.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(workdir / ckpt.CONFIG_FILE, output / ckpt.CONFIG_FILE)
-    shutil.copytree(workdir / ckpt.TOKENIZER_DIR, output / ckpt.TOKENIZER_DIR, dirs_exist_ok=True)
-    config = ckpt.load_config(output)
-    manager = ckpt.make_manager(output, keep=max(1, config.keep_checkpoints))
+    # Written aside, then moved into place: a killed run leaves no half-written output to
+    # refuse on the next try (a staging folder of a killed try is cleared first).
+    staging = output.parent / f".{output.name}.partial"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    shutil.copy2(workdir / ckpt.CONFIG_FILE, staging / ckpt.CONFIG_FILE)
+    shutil.copytree(workdir / ckpt.TOKENIZER_DIR, staging / ckpt.TOKENIZER_DIR)
+    config = ckpt.load_config(staging)
+    manager = ckpt.make_manager(staging, keep=max(1, config.keep_checkpoints))
     try:
         ckpt.save_checkpoint(manager, state, data, {**meta, AVERAGED_STEPS: list(steps)})
         manager.wait_until_finished()
     finally:
         manager.close()
+    _publish(staging, output)
     return output
+
+
+def _publish(staging: Path, output: Path) -> None:
+    """Moves a finished `staging` workdir to `output`: renamed whole when `output` is absent
+    or empty, else item by item into it (it has no checkpoints: checked before), the
+    checkpoints last, so that a kill in between leaves `output` without them."""
+    if output.is_dir() and not any(output.iterdir()):
+        output.rmdir()
+    if not output.exists():
+        staging.rename(output)
+        return
+    for item in sorted(staging.iterdir(), key=lambda p: p.name == ckpt.CHECKPOINT_DIR):
+        target = output / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        item.rename(target)
+    staging.rmdir()
