@@ -121,6 +121,8 @@ def main(argv: list[str]) -> None:
             sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
             lines = translate_workdir(FLAGS.workdir, sentences, **options) if sentences else []
             write_lines(lines, None, output)
+    except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
+        launch.stdout_closed()
     except (NoCheckpointError, OSError, ValueError) as error:
         launch.fatal(str(error))
 
@@ -191,6 +193,8 @@ def _main_ctranslate2(argv: list[str]) -> None:
         else:
             lines = format_lines(sentences, texts, FLAGS.format, natural)
         write_lines(lines, FLAGS.output_file, sys.stdout)
+    except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
+        launch.stdout_closed()
     except (MissingExtraError, OSError, ValueError) as error:  # one FATAL line
         launch.fatal(str(error))
 

@@ -138,6 +138,41 @@ def test_translate_answers_each_line_before_the_next_is_written(workdir, interac
 
 @pytest.mark.slow  # trains for real (a few steps)
 @needs_corpus
+def test_a_reader_that_leaves_stops_translate_quietly(workdir):
+    """`... | translate | head -1`: once the reader is gone, translate stops as Unix tools
+    do, with exit code 141 (128 + SIGPIPE) and no FATAL line or traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        proc.stdin.write(b"go .\n")
+        proc.stdin.flush()
+        assert _read_line(proc, timeout=120)
+        proc.stdout.close()  # the reader leaves
+        try:
+            for _ in range(50):
+                proc.stdin.write(b"i lost .\n" * 20)
+                proc.stdin.flush()
+                time.sleep(0.02)
+            proc.stdin.close()
+        except BrokenPipeError:  # translate has already stopped
+            pass
+        assert proc.wait(timeout=120) == 141
+        errors = proc.stderr.read().decode()
+        assert "FATAL" not in errors and "Traceback" not in errors, errors[-2000:]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
 def test_translate_prompts_on_a_terminal(workdir):
     pty = pytest.importorskip("pty")
     master, slave = pty.openpty()

@@ -38,6 +38,7 @@ module, and every public name is offered here too:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -73,6 +74,7 @@ __all__ = [
     "OPTION_KEYWORDS",
     "RENAMED_FLAGS",
     "SHIPPED_CONFIGS",
+    "STDOUT_CLOSED_EXIT",
     "check_config_args",
     "check_overrides",
     "decoding_flag_values",
@@ -87,6 +89,7 @@ __all__ = [
     "rename_deprecated_flags",
     "resolve_config_args",
     "resolve_config_path",
+    "stdout_closed",
 ]
 
 
@@ -94,6 +97,19 @@ def fatal(message: str) -> NoReturn:
     """Ends the process with one `FATAL:` line on stderr and exit code 2."""
     print(f"FATAL: {' '.join(str(message).split())}", file=sys.stderr)
     sys.exit(2)
+
+
+# A tool's exit status when its reader leaves: 128 + SIGPIPE, as `yes | head -1` ends.
+STDOUT_CLOSED_EXIT = 141
+
+
+def stdout_closed() -> NoReturn:
+    """Ends the process quietly because the reader of stdout went away (`... | head -1`),
+    as Unix tools do: no FATAL line, exit code `STDOUT_CLOSED_EXIT`."""
+    # Point stdout at /dev/null first: the interpreter's last flush would fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(STDOUT_CLOSED_EXIT)
 
 
 def flags_parser(
