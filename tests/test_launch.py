@@ -41,4 +41,5 @@ def test_launch_offers_each_name_of_its_parts(home):
 
 def test_all_names_launchs_own_and_the_parts_names_only():
     moved = {name for names in HOMES.values() for name in names}
-    assert set(launch.__all__) == moved | {"fatal", "flags_parser", "print_config"}
+    own = {"fatal", "flags_parser", "print_config", "stdout_closed", "STDOUT_CLOSED_EXIT"}
+    assert set(launch.__all__) == moved | own
