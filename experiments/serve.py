@@ -97,8 +97,8 @@ def main(argv: list[str]) -> None:
         )
         if FLAGS.max_batch_sentences < 1 or FLAGS.batch_window_ms < 0:
             raise ValueError("--max_batch_sentences must be >= 1 and --batch_window_ms >= 0.")
+        sock = bind(FLAGS.host, FLAGS.port)  # first: a taken port fails before the model loads
         engine = _engine()
-        sock = bind(FLAGS.host, FLAGS.port)
     except (ImportError, OSError, ValueError) as error:  # ImportError: the [export] extra
         launch.fatal(str(error))
     failures: list[str] = []

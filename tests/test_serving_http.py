@@ -12,6 +12,7 @@ import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -357,6 +358,24 @@ def _start(args, env=None):
         text=True,
     )
     return process
+
+
+def test_a_taken_port_is_one_fatal_line_before_the_model_loads(tmp_path):
+    """The port is taken before anything else: one FATAL line naming host:port and the
+    flags, even for a workdir that does not exist (the model would load after the port)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        process = _start([f"--workdir={tmp_path / 'no_run'}", f"--port={port}"])
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        taken.close()
+    assert process.returncode == 2, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"FATAL: cannot listen on 127.0.0.1:{port} ("), last
+    assert "choose another port (--port; 0 picks a free one)" in last
 
 
 def test_the_launcher_without_fastapi_says_how_to_install_it(tmp_path):

@@ -191,7 +191,14 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise OSError(  # the message alone: str() of an errno'd OSError leads with "[Errno n]"
+            f"cannot listen on {host}:{port} ({error.strerror or error}): choose another "
+            "port (--port; 0 picks a free one) or host (--host)",
+        ) from error
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
