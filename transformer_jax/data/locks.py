@@ -49,6 +49,8 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
         logging.info(
             "%s is read-only here: %s without a lock.", lock_file.parent, what or "reading"
         )
+        handle = None
+    if handle is None:  # outside the except: errors of the block do not chain to this one
         yield
         return
     with handle:
