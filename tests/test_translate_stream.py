@@ -104,21 +104,25 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> bytes:
     return line
 
 
-@pytest.mark.slow  # trains for real (a few steps)
-@needs_corpus
-@pytest.mark.parametrize("interactive", [False, True])
-def test_translate_answers_each_line_before_the_next_is_written(workdir, interactive):
-    sentences = ["go .", "i lost .", "", "he's calm ."]
-    want = translate_workdir(workdir, sentences, stderr=io.StringIO())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"]
-        + (["--interactive"] if interactive else []),
+def _translate_process(workdir, *flags: str) -> subprocess.Popen:
+    """The translate command on `workdir` with pipes for stdin, stdout and stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}", *flags],
         cwd=REPO,
         env=subprocess_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+@pytest.mark.parametrize("interactive", [False, True])
+def test_translate_answers_each_line_before_the_next_is_written(workdir, interactive):
+    sentences = ["go .", "i lost .", "", "he's calm ."]
+    want = translate_workdir(workdir, sentences, stderr=io.StringIO())
+    proc = _translate_process(workdir, *(["--interactive"] if interactive else []))
     try:
         got = []
         for sentence in sentences:
@@ -141,14 +145,7 @@ def test_translate_answers_each_line_before_the_next_is_written(workdir, interac
 def test_a_reader_that_leaves_stops_translate_quietly(workdir):
     """`... | translate | head -1`: once the reader is gone, translate stops as Unix tools
     do, with exit code 141 (128 + SIGPIPE) and no FATAL line or traceback."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.translate", f"--workdir={workdir}"],
-        cwd=REPO,
-        env=subprocess_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = _translate_process(workdir)
     try:
         proc.stdin.write(b"go .\n")
         proc.stdin.flush()
