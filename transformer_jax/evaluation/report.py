@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ from transformer_jax.workdir.checkpoints import (
     TENSORBOARD_DIR,
     load_config,
 )
+from transformer_jax.workdir.directory import write_problem
 
 REPORT_JSON = "eval_report.json"
 REPORT_MD = "eval_report.md"
@@ -219,13 +219,14 @@ def check_writable(directory: str | Path) -> None:
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write_check"):
-            pass
+        problem = write_problem(directory)
     except OSError as error:
+        problem = first_line(error)
+    if problem:
         raise ValueError(
-            f"cannot write the report into {directory} ({first_line(error)}); write it "
-            "elsewhere with report_dir (evaluate: --report_dir=DIR)."
-        ) from error
+            f"cannot write the report into {directory} ({problem}); write it elsewhere with "
+            "report_dir (evaluate: --report_dir=DIR)."
+        )
 
 
 def report_paths(workdir: str | Path, name: str | None = None) -> tuple[Path, Path]:

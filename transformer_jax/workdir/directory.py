@@ -40,7 +40,7 @@ def check_workdir(workdir: str | Path | None) -> Path:
             f"workdir {path} cannot be created: {existing} is a file, not a directory. Choose "
             "another --workdir."
         )
-    problem = _write_problem(existing)
+    problem = write_problem(existing)
     if problem:
         verb = "is not writable" if existing == path else f"cannot be created in {existing}"
         raise WorkdirError(
@@ -50,7 +50,7 @@ def check_workdir(workdir: str | Path | None) -> Path:
     return path
 
 
-def _write_problem(directory: Path) -> str | None:
+def write_problem(directory: Path) -> str | None:
     """None if a file can be created (and removed) in `directory`, else the OS's reason."""
     if not os.access(directory, os.W_OK | os.X_OK):
         return "permission denied"
