@@ -6,7 +6,8 @@ PyTorch, and the model tests, on one accelerator, in one table and one JSON repo
     python -m benchmarks.accelerator_check --dry_run                  # every job tiny, CPU
     bash benchmarks/gpu_check.sh      # on the GPU machine: its set-up, then this into $OUT
 
-The jobs, each a subprocess with its own time limit, in this order (most wanted first):
+The jobs, each a subprocess with its own time limit, in this order (most wanted first;
+`--jobs` picks some and their order):
 
   compile        our README model's init and train-step compile seconds beside the same
                  size of Flax `examples/wmt`, one process, no persistent cache
@@ -239,6 +240,16 @@ def job_tests(ctx: Context, timeout_s: float) -> dict:
     job = ctx.run("tests", argv, timeout_s, cache="cache_workers")
     summary = next((ln for _, ln in reversed(job.lines) if re.search(r" in [\d.]+s", ln)), "")
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
+    if not counts and job.status != "ok":  # cut off: count pytest's progress characters so far
+        progress = "".join(
+            m.group(1)
+            for _, ln in job.lines
+            if (m := re.match(r"([.FEsx]+)\s*(\[\s*\d+%\])?$", ln))
+        )
+        if progress:
+            counts = {"passed so far": progress.count("."), "failed so far": progress.count("F"),
+                      "errors so far": progress.count("E"),
+                      "skipped so far": progress.count("s") + progress.count("x")}  # fmt: skip
     result = {
         "files": files,
         "missing_patterns": [p for p in patterns if not glob.glob(p, root_dir=REPO)],
@@ -281,7 +292,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry_run", action="store_true", help="Every job tiny, on the CPU.")
     parser.add_argument("--flax_wmt_dir", default="", help="A copy of flax's examples/wmt.")
     parser.add_argument("--out", default="", help="The JSON report; the logs go beside it.")
-    parser.add_argument("--jobs", default=",".join(JOBS), help=f"Some of {list(JOBS)}.")
+    parser.add_argument(
+        "--jobs", default=",".join(JOBS), help=f"Some of {list(JOBS)}, run in the order given."
+    )
     parser.add_argument("--budget_s", type=float, default=0.0, help="All jobs together.")
     parser.add_argument(
         "--limit", action="append", default=[], metavar="JOB=SECONDS", help="Or all=SECONDS."
@@ -302,8 +315,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.jobs) - set(JOBS))
     if unknown:
         parser.error(f"unknown --jobs {unknown}; choose from {list(JOBS)}")
-    if {"readme", "readme_cached"} & set(args.jobs) and "data" not in args.jobs:
-        args.jobs.append("data")  # the README runs start with their data built
+    if len(set(args.jobs)) != len(args.jobs):
+        parser.error(f"--jobs names a job twice: {args.jobs}")
+    readme_jobs = [i for i, j in enumerate(args.jobs) if j in ("readme", "readme_cached")]
+    if readme_jobs and "data" not in args.jobs:
+        args.jobs.insert(readme_jobs[0], "data")  # the README runs start with their data built
     limits = dict(DRY_LIMITS if args.dry_run else LIMITS)
     for item in args.limit:  # JOB=SECONDS, or all=SECONDS
         name, _, seconds = item.partition("=")
@@ -340,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in JOBS:
             if name not in args.jobs:
                 results[name] = {"not_run": "not measured: not in --jobs"}
-                continue
+        for name in args.jobs:  # in the order given (default: JOBS's)
             left = args.budget_s - (time.perf_counter() - start)
             if left < args.limits[name].min_s:
                 results[name] = {"not_run": f"not measured: {max(left, 0):.0f} s of the "

@@ -12,6 +12,11 @@
 #     timeout_s: 560 (the check's budget is 470 s; set-up ~30 s)
 # Arguments go to the check: `bash benchmarks/gpu_check.sh --jobs=speed,tests`
 # (a second call for the jobs the first one's budget left out), `--budget_s=300`, ...
+# BACKGROUND_JOBS=tests BACKGROUND_AFTER=compile runs those jobs in a second check beside the
+# first, from when the first starts job BACKGROUND_AFTER (default: at once), into
+# $OUT/accelerator_check_background.json: for jobs whose result is not a wall time (the tests),
+# beside jobs that compare in turns in one process (compile, gradients): the two share the
+# device, so say so beside any number from that time.
 # `--setup_only` stops after the set-up (installs and the import check), e.g. on a CPU:
 #     PYTHON=<a python3.12> SITE=/tmp/site_probe bash benchmarks/gpu_check.sh --setup_only
 set -uo pipefail
@@ -73,8 +78,30 @@ zip=()
 [ -f .device_data/fra-eng.zip ] && zip=(--zip_path=.device_data/fra-eng.zip)
 say "python -m benchmarks.accelerator_check ${flax[*]} ${zip[*]} ${args[*]}"
 # The check keeps its own budget (470 s); this outer limit only guards against a hang.
-timeout -k 10 "${CHECK_TIMEOUT:-510}" "$PY" -m benchmarks.accelerator_check "${flax[@]}" "${zip[@]}" \
+check_timeout=${CHECK_TIMEOUT:-510}
+check_start=$(date +%s)
+background=""
+if [ -n "${BACKGROUND_JOBS:-}" ]; then
+  (
+    after=${BACKGROUND_AFTER:-}
+    while [ -n "$after" ] && [ ! -e "$OUT/accelerator_check_logs/$after.log" ] \
+          && [ ! -e "$OUT/accelerator_check.json" ]; do sleep 2; done
+    left=$((check_timeout - ($(date +%s) - check_start) - 15))
+    dry=(); case " ${args[*]} " in *" --dry_run "*) dry=(--dry_run) ;; esac
+    say "background: --jobs=$BACKGROUND_JOBS, ${left} s left"
+    timeout -k 10 "$((left + 10))" "$PY" -m benchmarks.accelerator_check "${flax[@]}" "${zip[@]}" \
+      "${dry[@]}" --jobs="$BACKGROUND_JOBS" --budget_s="$left" --out="$OUT/accelerator_check_background.json" \
+      > "$OUT/accelerator_check_background.out" 2>&1
+    say "background: done (exit $?); $OUT/accelerator_check_background.out"
+  ) &
+  background=$!
+fi
+timeout -k 10 "$check_timeout" "$PY" -m benchmarks.accelerator_check "${flax[@]}" "${zip[@]}" \
   --out="$OUT/accelerator_check.json" "${args[@]}"
 rc=$?
+if [ -n "$background" ]; then
+  wait "$background"
+  cat "$OUT/accelerator_check_background.out"
+fi
 say "done (exit $rc); results in $OUT"
 exit $rc

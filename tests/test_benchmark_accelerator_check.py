@@ -179,3 +179,14 @@ def test_packed_batches_keep_each_pair_in_one_segment_on_both_sides():
             assert (batch["tgt_in"][r][at][1:] == batch["tgt_out"][r][at][:-1]).all()
     assert (batch["src_len"] == (batch["src_segment"] > 0).sum(axis=1)).all()
     assert ((batch["src"] > 0) == (batch["src_segment"] > 0)).all()
+
+
+def test_a_failed_implementation_is_named_by_its_error_not_by_a_note_after_it():
+    from benchmarks.accelerator import speed_worker
+
+    error = ValueError("shapes (2, 3) and (4,) do not match")
+    error.add_note("For simplicity, JAX has removed its internal frames ...")  # as JAX adds
+    said = speed_worker._error(error)
+    assert said == "not measured: failed, ValueError: shapes (2, 3) and (4,) do not match"
+    said = speed_worker._error(TimeoutError("did not finish within 22 s"))
+    assert _reason(said) and "cut off" in said and "22 s" in said

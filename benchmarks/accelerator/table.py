@@ -172,6 +172,8 @@ def tests_rows(stage: Any) -> list[Row]:
         return [("tests", "pytest", stage, "all pass")]
     counts = stage["counts"]
     result = _why(counts) or ", ".join(f"{n} {k}" for k, n in counts.items())
+    if not _why(counts) and stage.get("status", "ok") != "ok":  # counted up to the cut
+        result += f" ({stage['status']})"
     return [("tests", f"pytest, {len(stage['files'])} files", result, "all pass")]
 
 
