@@ -190,3 +190,21 @@ def test_a_failed_implementation_is_named_by_its_error_not_by_a_note_after_it():
     assert said == "not measured: failed, ValueError: shapes (2, 3) and (4,) do not match"
     said = speed_worker._error(TimeoutError("did not finish within 22 s"))
     assert _reason(said) and "cut off" in said and "22 s" in said
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_cut_off_pytest_job_counts_and_names_what_ended_so_far(workers):
+    if workers == 1:
+        lines = ["tests/test_a.py::test_x PASSED [ 33%]", "tests/test_a.py::test_y FAILED [ 66%]"]
+    else:
+        lines = ["[gw0] [ 33%] PASSED tests/test_a.py::test_x ",
+                 "[gw1] [ 66%] FAILED tests/test_a.py::test_y[2-float32] "]  # fmt: skip
+    job = jobs.Job("tests", [], 10, 10.0, None, list(enumerate(lines)), "tests.log")
+    result = accelerator_check.read_pytest(job, ["tests/test_a.py"], ("tests/test_a.py",))
+    assert result["counts"] == {"passed so far": 1, "failed so far": 1, "error so far": 0,
+                                "skipped so far": 0}  # fmt: skip
+    assert result["failed"] == ["tests/test_a.py::test_y" + ("[2-float32]" if workers == 2 else "")]
+    done = [*lines, "===== 1 failed, 1 passed in 3.21s ====="]
+    job = jobs.Job("tests", [], 10, 10.0, 1, list(enumerate(done)), "tests.log")
+    result = accelerator_check.read_pytest(job, ["tests/test_a.py"], ("tests/test_a.py",))
+    assert result["counts"] == {"failed": 1, "passed": 1} and len(result["failed"]) == 1

@@ -24,7 +24,6 @@ the token-weighted loss (training/losses.py) neither sums nor counts them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -282,6 +281,8 @@ class TrainIterator:
             plan = self._current_plan()
         indices, bucket = plan[self._position]
         self._position += 1
+        if self._sampling is not None and self._sampling.workers:
+            self._prefetch(plan)
         if self._packing:
             return self._packed_batch(indices, row_of=bucket)
         per_process = len(indices) // self._process_count  # global_batch, or by batch_tokens
@@ -299,6 +300,18 @@ class TrainIterator:
         if not real.all():
             _fill_dummies(batch, real)
         return batch  # (B_proc, ...)
+
+    def _prefetch(self, plan: list[tuple[np.ndarray, int]]) -> None:
+        """Has the sampling's workers draw the next batches of this epoch, two per worker."""
+        ahead = plan[self._position : self._position + 2 * self._sampling.workers]
+        for offset, (indices, _) in enumerate(ahead):
+            rows = indices if self._packing else np.where(indices != _DUMMY, indices, 0)
+            self._sampling.prefetch(self._encoded, rows, key=(self._epoch, self._position + offset))
+
+    def close(self) -> None:
+        """Stops the subword-sampling workers, if any (the iterator still works without)."""
+        if self._sampling is not None:
+            self._sampling.close()
 
     def _packed_batch(self, pairs: np.ndarray, row_of: np.ndarray) -> dict[str, np.ndarray]:
         """This process's rows of the packed global batch `pairs` / `row_of`."""
@@ -321,7 +334,7 @@ class TrainIterator:
         probe.__dict__.update(self.__dict__)
         probe._epoch, probe._position, probe._plan = epoch, 0, None
         if self._sampling is not None:  # its own read counters: the run's log stays the run's
-            probe._sampling = copy.copy(self._sampling)
+            probe._sampling = self._sampling.detached()
         for _ in range(probe.batches_per_epoch):
             yield next(probe)
 

@@ -93,6 +93,10 @@ def data_config() -> ml_collections.ConfigDict:
     # (bpe). Translation and evaluation keep the best segmentation. 0 = off.
     c.sp_sampling_alpha = 0.0
     c.sp_sampling_nbest = -1
+    # Processes that draw the next batches' segmentations ahead (data/sampling_pool.py); the
+    # batches are the same with any number. -1 = auto: none on a CPU, 4 on a GPU/TPU (at most
+    # the cores less one), where drawing in the training process would set the step's pace.
+    c.sampling_workers = -1
     # One vocabulary for both sides (one tokenizer object) or one per side. Shared by default:
     # the English side of fra-eng alone is too small for an 8000-piece unigram model.
     c.shared_vocab = True
@@ -220,6 +224,11 @@ def check_data_values(cfg: ml_collections.ConfigDict) -> None:
             raise ValueError(
                 f"data.sp_sampling_alpha={cfg.sp_sampling_alpha} must be in (0, 1] (unigram: "
                 "the smoothing of P(x)^alpha; bpe: the dropout probability), or 0 = off."
+            )
+        if not isinstance(cfg.sampling_workers, int) or cfg.sampling_workers < -1:
+            raise ValueError(
+                f"data.sampling_workers={cfg.sampling_workers!r}: a number of processes >= 0, "
+                "or -1 for auto (none on a CPU, 4 on an accelerator)."
             )
         if cfg.sp_sampling_nbest != -1 and cfg.sp_sampling_nbest < 2:
             raise ValueError(

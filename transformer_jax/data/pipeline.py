@@ -10,12 +10,21 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import augment, batching, bucketing, datasets, lengths, packing
+from transformer_jax.data import (
+    augment,
+    batching,
+    bucketing,
+    datasets,
+    lengths,
+    packing,
+    sampling_pool,
+)
 from transformer_jax.data.encoding import EncodedPairs, pad_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
 from transformer_jax.data.truecase_table import build_truecaser
 from transformer_jax.data.truecasing import Truecaser
+from transformer_jax.runtime import backend
 
 
 @dataclasses.dataclass
@@ -223,12 +232,16 @@ def _encode_train(
             alpha=cfg.sp_sampling_alpha,
             nbest=cfg.sp_sampling_nbest,
             seed=cfg.shuffle_seed,
+            workers=sampling_pool.resolve_workers(
+                cfg.sampling_workers, backend.expected_platform()
+            ),
         )
         logging.info(
             "Data: subword sampling (alpha %g, nbest %d): training batches are resegmented "
-            "each time they are read",
+            "each time they are read%s",
             cfg.sp_sampling_alpha,
             cfg.sp_sampling_nbest,
+            f", drawn ahead by {sampling.workers} worker processes" if sampling.workers else "",
         )
     # The lists of ids are large and dropped here; the padded arrays are what batches read.
     return train_encoded, sampling, stats

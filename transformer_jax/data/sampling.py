@@ -7,7 +7,9 @@ Unlike dropout it adds no work to the compiled step: the draws are made on the h
 previous step runs (~13 ms of CPU for both sides of a batch of ~4,096 tokens, about as much as
 SentencePiece's own sampler, beside a ~0.42 s step of the `deep_sampled` model on 2 CPU cores;
 benchmarks/sampling_draws.py). Translation, evaluation and the teacher-forced validation loss
-keep the one best segmentation.
+keep the one best segmentation. With `workers` (data.sampling_workers; "auto": none on a CPU,
+a few on an accelerator), the next batches' draws are made ahead in worker processes
+(data/sampling_pool.py): the same draws, off the training process's critical path.
 
 The epoch plan (which pairs form a batch, and its padded widths) stays the one of the best
 segmentation, so batch shapes, epochs, resumption and multi-host slicing are unchanged; a
@@ -23,12 +25,16 @@ draws within one process only (SentencePieceTokenizer.encode_sampled).
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 from absl import logging
 
+from transformer_jax.data import sampling_pool
 from transformer_jax.data.encoding import EncodedPairs, TokenizedPairs
 from transformer_jax.data.tokenizers import Tokenizer
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
@@ -45,6 +51,8 @@ class SubwordSampling:
       alpha: unigram smoothing (P ∝ P(x)^alpha) or BPE-dropout probability; > 0.
       nbest: unigram candidates to sample from (-1 = all, or >= 2).
       seed: with (epoch, batch) and the side, seeds each batch's draws.
+      workers: processes that draw the batches `prefetch` names ahead of `resegment`
+        (0: every draw is made in `resegment`); the draws are the same either way.
     """
 
     def __init__(
@@ -57,6 +65,7 @@ class SubwordSampling:
         alpha: float,
         nbest: int = -1,
         seed: int = 0,
+        workers: int = 0,
     ):
         if len(src_texts) != len(tgt_texts):
             raise ValueError(f"{len(src_texts)} source texts but {len(tgt_texts)} target texts.")
@@ -71,6 +80,9 @@ class SubwordSampling:
         self.alpha, self.nbest, self.seed = float(alpha), int(nbest), int(seed)
         self.sides_sampled = 0  # sides whose draw fit its batch's width ...
         self.sides_total = 0  # ... of all sides resegmented (for the log)
+        self.workers = int(workers)
+        self._pool: sampling_pool.DrawPool | None = None  # started by the first `prefetch`
+        self._ahead: dict[tuple[int, ...], list[Future]] = {}  # key -> a future per side
 
     @classmethod
     def for_pairs(
@@ -111,6 +123,59 @@ class SubwordSampling:
         they overflowed, data/packing.py): the log counts them as not sampled."""
         self.sides_sampled -= sides
 
+    def detached(self) -> SubwordSampling:
+        """A copy with its own read counters that draws everything itself (no pool)."""
+        other = copy.copy(self)
+        other.workers, other._pool, other._ahead = 0, None, {}
+        return other
+
+    def prefetch(self, encoded: EncodedPairs, rows: np.ndarray, key: Sequence[int]) -> None:
+        """Starts drawing what `resegment(encoded, rows, ..., key=key)` will need, in the
+        worker processes (without workers: nothing)."""
+        key = tuple(key)
+        if not self.workers or key in self._ahead:
+            return
+        if self._pool is None:
+            protos = [t.model_proto for t in self._tokenizers]
+            self._pool = sampling_pool.DrawPool(protos, self.workers)
+        texts = self._row_texts(encoded, rows)
+        self._ahead[key] = [
+            self._pool.submit(side, texts[side], alpha=self.alpha, nbest=self.nbest,
+                              seed=self._seed(key, side))
+            for side in (0, 1)
+        ]  # fmt: skip
+
+    def close(self) -> None:
+        """Stops the worker processes, if any were started."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool, self._ahead = None, {}
+
+    def _draws(self, texts: list[str], side: int, key: tuple[int, ...]) -> list[list[int]]:
+        """`key`'s draws of side `side`: from the pool if prefetched, else made here."""
+        futures = self._ahead.get(key)
+        if futures is not None:
+            try:
+                drawn = futures[side].result()
+            except BrokenProcessPool as error:  # a worker died (e.g. killed): draw here
+                logging.warning("Data: a subword-sampling worker failed (%s); drawing in "
+                                "the training process from now on", error)  # fmt: skip
+                self._pool, self._ahead, self.workers = None, {}, 0
+            else:
+                if side == 1:
+                    del self._ahead[key]
+                    for old in [k for k in self._ahead if k < key]:  # skipped (e.g. resumed)
+                        for future in self._ahead.pop(old):
+                            future.cancel()
+                return drawn
+        return self._tokenizers[side].encode_sampled(
+            texts, alpha=self.alpha, nbest=self.nbest, seed=self._seed(key, side)
+        )
+
+    def _row_texts(self, encoded: EncodedPairs, rows: np.ndarray) -> list[list[str]]:
+        pair_index = (encoded.index[rows] if encoded.index is not None else rows).tolist()
+        return [[self._texts[side][i] for i in pair_index] for side in (0, 1)]
+
     def _seed(self, key: Sequence[int], side: int) -> int:
         return int(np.random.SeedSequence([self.seed, *key, side]).generate_state(1)[0])
 
@@ -129,15 +194,13 @@ class SubwordSampling:
         fit by the plan's construction. `key` (e.g. (epoch, batch)) picks the draws: the same
         key gives the same rows, in any process and on any host.
         """
-        pair_index = (encoded.index[rows] if encoded.index is not None else rows).tolist()
+        key = tuple(key)
+        texts = self._row_texts(encoded, rows)
         sides = []
         for side, (stored, stored_len, width) in enumerate(
             ((encoded.src, encoded.src_len, src_width), (encoded.tgt, encoded.tgt_len, tgt_width))
         ):
-            texts = [self._texts[side][i] for i in pair_index]
-            drawn = self._tokenizers[side].encode_sampled(
-                texts, alpha=self.alpha, nbest=self.nbest, seed=self._seed(key, side)
-            )
+            drawn = self._draws(texts[side], side, key)
             lengths = np.fromiter(map(len, drawn), np.int32, len(rows)) + 1  # with <eos>
             fits = lengths <= width
             # Rows whose draw does not fit keep the best segmentation, which the plan fitted.

@@ -46,6 +46,11 @@ class SentencePieceTokenizer:
                 "; train it with `SentencePieceTokenizer.train`."
             )
 
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model (what `save` writes as spm.model)."""
+        return self._model_proto
+
     @classmethod
     def train(
         cls, sentences: Iterable[str], *, vocab_size: int, model_type: str = "unigram"

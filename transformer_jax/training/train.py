@@ -178,6 +178,7 @@ def train_and_evaluate(
                 raise preemption.Preempted(signalled, step)
         finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
             stop.restore()
+            train_iter.close()  # subword-sampling workers, if any
             saves.close()
             run.writer.close()
         if "loss" in summary:
