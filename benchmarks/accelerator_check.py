@@ -234,29 +234,34 @@ def job_gradients(ctx: Context, timeout_s: float) -> dict:
 def job_tests(ctx: Context, timeout_s: float) -> dict:
     patterns = DRY_TESTS if ctx.dry else TESTS
     files = sorted({f for p in patterns for f in glob.glob(p, root_dir=REPO)})
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    # -v: one line per test as it ends, so a job cut off still names what failed so far.
+    argv = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *files]
     if not ctx.dry and ctx.args.pytest_workers > 1 and importlib.util.find_spec("xdist"):
         argv += ["-n", str(ctx.args.pytest_workers)]
     job = ctx.run("tests", argv, timeout_s, cache="cache_workers")
+    return _with_job(read_pytest(job, files, patterns), job)
+
+
+def read_pytest(job: jobs.Job, files: list[str], patterns: tuple[str, ...]) -> dict:
+    """Counts (pytest's summary line; cut off: the `-v` lines so far) and failed tests."""
+    outcomes = [  # "tests/a.py::t PASSED" (one process) or "[gw0] [ 5%] PASSED tests/a.py::t"
+        (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        for _, ln in job.lines
+        if (m := re.search(r"(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"
+                           r"|\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+::\S+)", ln))
+    ]  # fmt: skip
     summary = next((ln for _, ln in reversed(job.lines) if re.search(r" in [\d.]+s", ln)), "")
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
-    if not counts and job.status != "ok":  # cut off: count pytest's progress characters so far
-        progress = "".join(
-            m.group(1)
-            for _, ln in job.lines
-            if (m := re.match(r"([.FEsx]+)\s*(\[\s*\d+%\])?$", ln))
-        )
-        if progress:
-            counts = {"passed so far": progress.count("."), "failed so far": progress.count("F"),
-                      "errors so far": progress.count("E"),
-                      "skipped so far": progress.count("s") + progress.count("x")}  # fmt: skip
-    result = {
+    if not counts and outcomes:  # cut off before the summary: what ended so far
+        for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
+            counts[f"{word.lower()} so far"] = sum(o[1] == word for o in outcomes)
+    return {
         "files": files,
         "missing_patterns": [p for p in patterns if not glob.glob(p, root_dir=REPO)],
         "counts": counts or f"not measured: {job.status} (no pytest summary line)",
+        "failed": sorted({t for t, o in outcomes if o in ("FAILED", "ERROR")}),
         "summary": summary.strip("= "),
     }
-    return _with_job(result, job)
 
 
 def _with_job(result: dict | None, job: jobs.Job) -> dict:

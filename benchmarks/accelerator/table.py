@@ -174,6 +174,8 @@ def tests_rows(stage: Any) -> list[Row]:
     result = _why(counts) or ", ".join(f"{n} {k}" for k, n in counts.items())
     if not _why(counts) and stage.get("status", "ok") != "ok":  # counted up to the cut
         result += f" ({stage['status']})"
+    if stage.get("failed"):
+        result += "; failed: " + ", ".join(stage["failed"])
     return [("tests", f"pytest, {len(stage['files'])} files", result, "all pass")]
 
 
