@@ -4,6 +4,7 @@
 #
 # Here, once (both folders are git-ignored; the Flax example is a copy, never committed):
 #     bash ../shared/gpu/fetch_wheels.sh                    # -> .whl/ and .device_data/
+#     bash benchmarks/fetch_gpu_wheels.sh                   # + matplotlib, tqdm, lxml, ...
 #     (fetch github:google/flax, then)
 #     git --git-dir=<its git dir> archive HEAD examples/wmt | tar -x -C /tmp/flax \
 #         && cp -r /tmp/flax/examples/wmt/. .flax_wmt/
