@@ -64,17 +64,22 @@ def float32_matmuls():
 
 def subprocess_env(devices: int | None = None) -> dict[str, str]:
     """Environment for a JAX subprocess: the repo on the path, the compilation cache, and
-    `devices` fake CPU devices. XLA's backend optimisation is lowered: it halves compile
-    time, and these tiny models run in milliseconds either way."""
+    `devices` fake CPU devices, on the CPU backend (on a GPU machine JAX would otherwise
+    compute on its one GPU: the accelerator check's first GPU run failed the two tests that
+    count their devices). XLA's backend optimisation is lowered: it halves compile time,
+    and these tiny models run in milliseconds either way."""
     flags = ["--xla_backend_optimization_level=0"]
+    platforms = {}
     if devices:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
+        platforms["JAX_PLATFORMS"] = "cpu"
     return {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "XLA_FLAGS": " ".join(flags),
         "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+        **platforms,
     }
 
 
