@@ -22,6 +22,9 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
                  and MFU against the bfloat16 matmul peak measured in the same process
   gradients      the README model's step: custom_vjp against autodiff gradients, in turns
   tests          pytest on tests/test_{ops,nn,decoding}_*.py and test_transformations.py
+  flags          the README step (gradients "auto") compiled and timed in a fresh process
+                 under each of FLAG_VARIANTS' XLA:GPU options (autotuning, Triton GEMMs):
+                 compile seconds against step time, for the backend's defaults (item 3)
 
 The report's stages: "programs" (every program each run compiled, from its
 compile_log.jsonl; the second README launch's compile seconds over the first's; the compile
@@ -87,6 +90,16 @@ LIMITS = {
     "speed": Limit(180, 60),
     "gradients": Limit(60, 20),
     "tests": Limit(120, 40),
+    "flags": Limit(120, 45),
+}
+# XLA options that trade the kernels' speed for compile time on a GPU, each timed on the
+# README step in its own process (no persistent cache). Not in the default jobs: run it
+# with --jobs=flags (the first GPU check: the README step compiled in 21.5 s, `base`'s
+# not within 84 s).
+FLAG_VARIANTS = {
+    "XLA's defaults": "",
+    "autotuning off": "--xla_gpu_autotune_level=0",
+    "no Triton GEMMs": "--xla_gpu_enable_triton_gemm=false",
 }
 DRY_LIMITS = {name: Limit(90, 5) for name in LIMITS}
 BUDGET_S, DRY_BUDGET_S = 470.0, 115.0
@@ -128,8 +141,13 @@ class Context:
             extra["XLA_FLAGS"] = f"{xla_flags} --xla_backend_optimization_level=0".strip()
         return jobs.environment(**extra)
 
-    def run(self, name: str, argv: list[str], timeout_s: float, cache: str | None) -> jobs.Job:
-        return jobs.run(name, argv, timeout_s=timeout_s, log_dir=self.logs, env=self.env(cache))
+    def run(
+        self, name: str, argv: list[str], timeout_s: float, cache: str | None, xla_flags: str = ""
+    ) -> jobs.Job:
+        env = self.env(cache)
+        if xla_flags:  # a job's own XLA options, after the process's
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+        return jobs.run(name, argv, timeout_s=timeout_s, log_dir=self.logs, env=env)
 
     def readme_config(self) -> str:
         return README + (":runlocal" if self.dry else "")
@@ -264,6 +282,25 @@ def read_pytest(job: jobs.Job, files: list[str], patterns: tuple[str, ...]) -> d
     }
 
 
+def job_flags(ctx: Context, timeout_s: float) -> dict:
+    """The README step under each FLAG_VARIANTS entry, one fresh process each, no cache."""
+    size = "readme_local" if ctx.dry else "readme"
+    each = timeout_s / len(FLAG_VARIANTS)
+    variants: dict[str, Any] = {}
+    job = None
+    for i, (label, flags) in enumerate(FLAG_VARIANTS.items()):
+        out = ctx.scratch / f"flags_{i}.json"
+        argv = [sys.executable, "-m", "benchmarks.accelerator.speed_worker", f"--size={size}",
+                "--impls=ours (auto)", "--peak_size=0", f"--time_limit_s={each:.0f}",
+                f"--out={out}", *(["--rounds=3", "--warmup=1"] if ctx.dry else [])]  # fmt: skip
+        job = ctx.run(f"flags_{i}", argv, each, cache=None, xla_flags=flags)
+        measured = (jobs.read_partial(out) or {}).get("impls", {}).get("ours (auto)")
+        if not isinstance(measured, dict) or "step_ms" not in measured:
+            measured = measured if isinstance(measured, str) else f"not measured: {job.status}"
+        variants[label] = {"xla_flags": flags or "(none)", "result": measured}
+    return _with_job({"size": size, "variants": variants}, job)
+
+
 def _with_job(result: dict | None, job: jobs.Job) -> dict:
     """A job's result with its status and log; a worker that wrote nothing says why."""
     if result is None:
@@ -280,7 +317,9 @@ JOBS = {
     "speed": job_speed,
     "gradients": job_gradients,
     "tests": job_tests,
+    "flags": job_flags,
 }
+DEFAULT_JOBS = [name for name in JOBS if name != "flags"]  # flags: when asked for
 
 
 # ---------------------------------------------------------------- the command
@@ -298,7 +337,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--flax_wmt_dir", default="", help="A copy of flax's examples/wmt.")
     parser.add_argument("--out", default="", help="The JSON report; the logs go beside it.")
     parser.add_argument(
-        "--jobs", default=",".join(JOBS), help=f"Some of {list(JOBS)}, run in the order given."
+        "--jobs",
+        default=",".join(DEFAULT_JOBS),
+        help=f"Some of {list(JOBS)}, run in the order given (default: all but flags).",
     )
     parser.add_argument("--budget_s", type=float, default=0.0, help="All jobs together.")
     parser.add_argument(

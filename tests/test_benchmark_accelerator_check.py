@@ -208,3 +208,33 @@ def test_a_cut_off_pytest_job_counts_and_names_what_ended_so_far(workers):
     job = jobs.Job("tests", [], 10, 10.0, 1, list(enumerate(done)), "tests.log")
     result = accelerator_check.read_pytest(job, ["tests/test_a.py"], ("tests/test_a.py",))
     assert result["counts"] == {"failed": 1, "passed": 1} and len(result["failed"]) == 1
+
+
+def test_the_flags_job_runs_each_xla_variant_in_its_own_process_and_tables_it(
+    tmp_path, monkeypatch, capsys
+):
+    seen = []
+
+    def fake_run(name, argv, *, timeout_s, log_dir, env):
+        seen.append(env["XLA_FLAGS"])
+        out = next(a for a in argv if a.startswith("--out=")).removeprefix("--out=")
+        step = {"first_call_s": 2.0 + len(seen), "step_ms": 10.0 / len(seen)}
+        if len(seen) == 3:  # one variant's process dies before it writes anything
+            return jobs.Job(name, argv, timeout_s, 1.0, 1, [(0.0, "Segmentation fault")], "x")
+        jobs.write_partial(out, {"impls": {"ours (auto)": step}})
+        return jobs.Job(name, argv, timeout_s, 1.0, 0, [], "x")
+
+    monkeypatch.setattr(jobs, "run", fake_run)
+    report = accelerator_check.main(["--dry_run", "--jobs=flags", f"--out={tmp_path / 'r.json'}"])
+    variants = accelerator_check.FLAG_VARIANTS
+    assert [f.split("--xla_backend_optimization_level=0")[-1].strip() for f in seen] == list(
+        variants.values()
+    )
+    got = report["stages"]["flags"]["variants"]
+    assert got["autotuning off"]["result"] == {"first_call_s": 4.0, "step_ms": 5.0}
+    assert _reason(got["no Triton GEMMs"]["result"]) and "Segmentation" in str(got)
+    table = capsys.readouterr().out
+    assert "| flags | readme_local step, autotuning off (--xla_gpu_autotune_level=0) | " in table
+    assert "compile (first call) 4.0 s, 5.00 ms a step" in table
+    # Not a default job: a plain check neither runs nor tables it.
+    assert "flags" not in accelerator_check.parse_args(["--dry_run"]).jobs

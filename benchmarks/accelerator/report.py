@@ -52,6 +52,7 @@ def stages(results: dict[str, dict]) -> dict[str, Any]:
         "speed": {"base": whole("speed", "impls"), "readme": whole("gradients", "impls")},
         "end_to_end": {k: whole(k, "wall_s") for k in ("readme", "readme_cached", "deep_sampled")},
         "tests": whole("tests", "counts"),
+        "flags": whole("flags", "variants"),
     }
 
 

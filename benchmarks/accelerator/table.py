@@ -179,6 +179,20 @@ def tests_rows(stage: Any) -> list[Row]:
     return [("tests", f"pytest, {len(stage['files'])} files", result, "all pass")]
 
 
+def flags_rows(stage: Any) -> list[Row]:
+    if stage is None or _why(stage):
+        return []  # not asked for (not a default job): no row
+    rows = []
+    for label, variant in stage["variants"].items():
+        got = variant["result"]
+        if not _why(got):
+            got = (
+                f"compile (first call) {got['first_call_s']:.1f} s, {got['step_ms']:.2f} ms a step"
+            )
+        rows.append(("flags", f"{stage['size']} step, {label} ({variant['xla_flags']})", got, ""))
+    return rows
+
+
 def rows(report: dict) -> list[Row]:
     stages = report["stages"]
     return [
@@ -186,6 +200,7 @@ def rows(report: dict) -> list[Row]:
         *speed_rows(stages["speed"]),
         *end_to_end_rows(stages["end_to_end"]),
         *tests_rows(stages["tests"]),
+        *flags_rows(stages.get("flags")),
     ]
 
 
