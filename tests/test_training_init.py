@@ -26,15 +26,15 @@ def test_init_params_are_the_models_init_computed_on_the_host_cpu():
 
 
 def test_without_a_cpu_backend_init_runs_on_the_default_device(monkeypatch):
-    devices = jax.devices
+    local_devices = jax.local_devices
 
-    def no_cpu(backend=None):
+    def no_cpu(process_index=None, backend=None):
         if backend == "cpu":
             raise RuntimeError("Unknown backend cpu")  # JAX_PLATFORMS=cuda
-        return devices(backend)
+        return local_devices(process_index, backend)
 
-    monkeypatch.setattr(jax, "devices", no_cpu)
-    assert state._host_device() == devices()[0]
+    monkeypatch.setattr(jax, "local_devices", no_cpu)
+    assert state._host_device() == local_devices()[0]
     key = jax.random.PRNGKey(3)
     jax.tree.map(
         np.testing.assert_array_equal,

@@ -67,11 +67,13 @@ def init_params(model_config: ModelConfig, rng: jax.Array) -> Any:
 
 
 def _host_device() -> jax.Device:
-    """The first CPU device, or the default device where JAX runs without a CPU backend."""
+    """This process's first CPU device, or its first device where JAX runs without a CPU
+    backend. Local: in a multi-process run `jax.devices()` also lists the other processes'
+    devices, which this process cannot compute on."""
     try:
-        return jax.devices("cpu")[0]
+        return jax.local_devices(backend="cpu")[0]
     except (RuntimeError, ValueError):  # "Unknown backend cpu"
-        return jax.devices()[0]
+        return jax.local_devices()[0]
 
 
 def create_train_state(
