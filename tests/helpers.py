@@ -65,9 +65,9 @@ def float32_matmuls():
 def subprocess_env(devices: int | None = None) -> dict[str, str]:
     """Environment for a JAX subprocess: the repo on the path, the compilation cache, and
     `devices` fake CPU devices, on the CPU backend (on a GPU machine JAX would otherwise
-    compute on its one GPU: the accelerator check's first GPU run failed the two tests that
-    count their devices). XLA's backend optimisation is lowered: it halves compile time,
-    and these tiny models run in milliseconds either way."""
+    compute on its one GPU, and a test that counts its devices would fail). XLA's backend
+    optimisation is lowered: it halves compile time, and these tiny models run in
+    milliseconds either way."""
     flags = ["--xla_backend_optimization_level=0"]
     platforms = {}
     if devices:

@@ -3,11 +3,11 @@
 Drawing one batch's segmentations (data/sampling.py) takes one CPU core ~12 ms for a batch
 of ~4,096 tokens a side: nothing beside a ~0.4 s step on 2 CPU cores, but the whole step on
 a GPU. On an H200 the `deep_sampled` run trained at ~30 steps/s where the README run, which
-draws nothing, ran at ~146 (benchmarks/README.md, "Accelerator check"): the host's draws set
+draws nothing, ran at ~146 (benchmarks/README.md, "GPU results"): the host's draws set
 the pace. A `DrawPool` draws the next batches' segmentations in worker processes while the
 current step runs. Draws depend only on (texts, alpha, nbest, seed)
 (`SentencePieceTokenizer.encode_sampled`), so batches are the same with any number of
-workers as drawn inline (tests/test_sampling_pool.py).
+workers as drawn inline (tests/test_data_sampling_pool.py).
 
 Workers are started with "spawn": forking a process that runs JAX's threads is unsafe.
 """

@@ -51,8 +51,8 @@ def init_params(model_config: ModelConfig, rng: jax.Array) -> Any:
 
     Computed on the host's CPU device where JAX has one (the parameters are wanted on the
     host anyway): on an H200 the README model's init program took 12 s to compile for the
-    GPU, where XLA:CPU compiles it in ~2 s; and the same seed gives the same parameters on
-    every machine. Without a CPU backend (JAX_PLATFORMS=cuda), on the default device.
+    GPU, where XLA:CPU compiles it in ~2 s. Without a CPU backend (JAX_PLATFORMS=cuda), on
+    this process's first device.
     """
     model = Transformer(model_config.replace(deterministic=True))
     with jax.default_device(_host_device()):
