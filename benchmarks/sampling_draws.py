@@ -79,6 +79,11 @@ def batches(pairs: Sequence[tuple[str, str]], lengths: np.ndarray, tokens: int) 
     """Consecutive runs of `pairs` whose source sides hold ~`tokens` best-segmentation
     pieces: (sources, targets) of each whole batch."""
     ends = np.searchsorted(np.cumsum(lengths), np.arange(tokens, lengths.sum() + 1, tokens))
+    if not len(ends):
+        raise SystemExit(
+            f"{len(pairs)} pairs hold {lengths.sum()} source pieces, less than one batch of "
+            f"{tokens}: raise --sentences."
+        )
     starts = np.r_[0, ends[:-1]]
     return [
         ([s for s, _ in pairs[a:b]], [t for _, t in pairs[a:b]])

@@ -130,7 +130,7 @@ def test_unigram_draws_with_a_large_alpha_are_the_best_segmentation_unknowns_mer
 def test_a_trie_too_large_for_its_table_searches_its_deeper_nodes(rich, monkeypatch):
     """A vocabulary of many characters keeps only its shallow trie nodes in the table (the
     rest by search): the same draws."""
-    from transformer_jax.data import sentencepiece_tokenizer as module
+    from transformer_jax.data import subword_draws as module
 
     texts = _sentences(300, seed=10) + ["ka xx to ."]
     want = rich.encode_sampled(texts, alpha=0.2, nbest=-1, seed=3)
