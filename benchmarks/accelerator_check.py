@@ -52,7 +52,6 @@ import glob
 import importlib.util
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -60,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.accelerator import jobs, runs, table
+from benchmarks.accelerator import jobs, pytest_lines, runs, table
 from benchmarks.accelerator import report as report_lib
 
 REPO = jobs.REPO
@@ -257,29 +256,7 @@ def job_tests(ctx: Context, timeout_s: float) -> dict:
     if not ctx.dry and ctx.args.pytest_workers > 1 and importlib.util.find_spec("xdist"):
         argv += ["-n", str(ctx.args.pytest_workers)]
     job = ctx.run("tests", argv, timeout_s, cache="cache_workers")
-    return _with_job(read_pytest(job, files, patterns), job)
-
-
-def read_pytest(job: jobs.Job, files: list[str], patterns: tuple[str, ...]) -> dict:
-    """Counts (pytest's summary line; cut off: the `-v` lines so far) and failed tests."""
-    outcomes = [  # "tests/a.py::t PASSED" (one process) or "[gw0] [ 5%] PASSED tests/a.py::t"
-        (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-        for _, ln in job.lines
-        if (m := re.search(r"(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)"
-                           r"|\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+::\S+)", ln))
-    ]  # fmt: skip
-    summary = next((ln for _, ln in reversed(job.lines) if re.search(r" in [\d.]+s", ln)), "")
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
-    if not counts and outcomes:  # cut off before the summary: what ended so far
-        for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
-            counts[f"{word.lower()} so far"] = sum(o[1] == word for o in outcomes)
-    return {
-        "files": files,
-        "missing_patterns": [p for p in patterns if not glob.glob(p, root_dir=REPO)],
-        "counts": counts or f"not measured: {job.status} (no pytest summary line)",
-        "failed": sorted({t for t, o in outcomes if o in ("FAILED", "ERROR")}),
-        "summary": summary.strip("= "),
-    }
+    return _with_job(pytest_lines.read(job, files, patterns), job)
 
 
 def job_flags(ctx: Context, timeout_s: float) -> dict:

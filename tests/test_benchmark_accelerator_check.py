@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from benchmarks import accelerator_check
-from benchmarks.accelerator import jobs, runs, sizes
+from benchmarks.accelerator import jobs, pytest_lines, runs, sizes
 from tests.helpers import JAX_CACHE, REPO, subprocess_env
 
 KINDS = {"init", "train step", "eval", "decode", "other"}
@@ -202,13 +202,13 @@ def test_a_cut_off_pytest_job_counts_and_names_what_ended_so_far(workers):
         lines = ["[gw0] [ 33%] PASSED tests/test_a.py::test_x ",
                  "[gw1] [ 66%] FAILED tests/test_a.py::test_y[2-float32] "]  # fmt: skip
     job = jobs.Job("tests", [], 10, 10.0, None, list(enumerate(lines)), "tests.log")
-    result = accelerator_check.read_pytest(job, ["tests/test_a.py"], ("tests/test_a.py",))
+    result = pytest_lines.read(job, ["tests/test_a.py"], ("tests/test_a.py",))
     assert result["counts"] == {"passed so far": 1, "failed so far": 1, "error so far": 0,
                                 "skipped so far": 0}  # fmt: skip
     assert result["failed"] == ["tests/test_a.py::test_y" + ("[2-float32]" if workers == 2 else "")]
     done = [*lines, "===== 1 failed, 1 passed in 3.21s ====="]
     job = jobs.Job("tests", [], 10, 10.0, 1, list(enumerate(done)), "tests.log")
-    result = accelerator_check.read_pytest(job, ["tests/test_a.py"], ("tests/test_a.py",))
+    result = pytest_lines.read(job, ["tests/test_a.py"], ("tests/test_a.py",))
     assert result["counts"] == {"failed": 1, "passed": 1} and len(result["failed"]) == 1
 
 
