@@ -63,19 +63,24 @@ def float32_matmuls():
 
 
 def subprocess_env(devices: int | None = None) -> dict[str, str]:
-    """Environment for a JAX subprocess: the repo on the path, the compilation cache, and
-    `devices` fake CPU devices, on the CPU backend (on a GPU machine JAX would otherwise
+    """Environment for a JAX subprocess: the repo first on the path, the compilation cache,
+    and `devices` fake CPU devices, on the CPU backend (on a GPU machine JAX would otherwise
     compute on its one GPU, and a test that counts its devices would fail). XLA's backend
     optimisation is lowered: it halves compile time, and these tiny models run in
-    milliseconds either way."""
+    milliseconds either way.
+
+    The caller's PYTHONPATH is kept after the repo: packages may be installed there (the GPU
+    machine's carried wheels, `--target /tmp/site`), and on 2026-11-27 the two two-device
+    tests failed there in a second without them, unable to import flax."""
     flags = ["--xla_backend_optimization_level=0"]
     platforms = {}
     if devices:
         flags.append(f"--xla_force_host_platform_device_count={devices}")
         platforms["JAX_PLATFORMS"] = "cpu"
+    path = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
         "XLA_FLAGS": " ".join(flags),
         "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
