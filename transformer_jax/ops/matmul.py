@@ -29,10 +29,15 @@ attention's dK = dSᵀ·Q and dV = Wᵀ·dO as per-batch loops). `_gradient_dot`
 operands to transpose the fewest elements and transposes explicitly, behind an
 `optimization_barrier` (XLA would fold a bare transpose back into the dot). Precision: on
 CPUs with AMX/AVX512-BF16 (and on TPU) a bfloat16 matmul is fast only when it accumulates
-in float32 (`preferred_element_type=float32`); autodiff would hand the backward dots a
-float32 cotangent and a bfloat16 operand, which XLA upcasts, so the VJP casts the
-cotangent to the operand dtype and accumulates in float32 as well. Step times with and
-without: benchmarks/README.md ("Numbers behind the runtime knobs") and benchmarks/LOG.md.
+in float32 (`preferred_element_type=float32`); the VJP casts the float32 cotangent to the
+operand dtype and accumulates in float32 as well. Step times with and without:
+benchmarks/README.md ("Numbers behind the runtime knobs") and benchmarks/LOG.md.
+
+Both rules run the derivative matmuls of bfloat16 operands in bfloat16 (float32
+accumulation): JAX's plain rule would hand them a float32 cotangent, and XLA would upcast
+the bfloat16 operand to meet it, so every backward matmul of a bfloat16 train step ran in
+float32 (TF32 on a GPU). "autodiff" gets this from a JVP rule (`_low_precision_dot`), which
+keeps every transformation; float32 and float64 operands keep JAX's own rule.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 Array = jnp.ndarray
 
@@ -199,7 +205,48 @@ def _check_spec(spec: str) -> None:
 def _dot(spec: str, a: Array, b: Array, out_dtype: jnp.dtype) -> Array:
     if a.dtype == jnp.float32 or a.dtype == jnp.float64:
         return jnp.einsum(spec, a, b).astype(out_dtype)
+    return _low_precision_dot(spec, out_dtype, a, b)
+
+
+def _accumulated_dot(spec: str, out_dtype: jnp.dtype, a: Array, b: Array) -> Array:
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _low_precision_dot(spec: str, out_dtype: jnp.dtype, a: Array, b: Array) -> Array:
+    """A low-precision (bfloat16) matmul accumulated in float32, whose derivative matmuls
+    run in the operands' dtype.
+
+    JAX's own rule differentiates `einsum(a, b, preferred_element_type=float32)` with a
+    float32 tangent or cotangent, and its dots upcast the bfloat16 operand to meet it: in a
+    bfloat16 train step every backward matmul ran in float32 (TF32 on a GPU: half the
+    bfloat16 rate, twice the bytes; benchmarks/README.md, "GPU results"). Here the tangent
+    products are bfloat16 x bfloat16 dots with a bfloat16 result (the backend accumulates
+    in float32 and rounds once), so their transposes, the backward matmuls, are too: the
+    mixed-precision convention of torch autocast and Flax, and what the custom VJP computes.
+    The forward is unchanged (float32 accumulation and result), and being a JVP rule it
+    keeps every transformation: jvp, linearize, grad, HVPs, vmap, checkpoint
+    (tests/test_transformations.py).
+    """
+    return _accumulated_dot(spec, out_dtype, a, b)
+
+
+@functools.partial(_low_precision_dot.defjvp, symbolic_zeros=True)
+def _low_precision_dot_jvp(spec, out_dtype, primals, tangents):
+    a, b = primals
+    ta, tb = tangents
+    # The primal through the rule again: a second derivative (HVPs) meets this rule too.
+    out = _low_precision_dot(spec, out_dtype, a, b)
+    parts = []
+    if not isinstance(ta, SymbolicZero):
+        parts.append(jnp.einsum(spec, ta, b, preferred_element_type=a.dtype))
+    if not isinstance(tb, SymbolicZero):
+        parts.append(jnp.einsum(spec, a, tb, preferred_element_type=a.dtype))
+    if not parts:  # never reached: JAX skips the rule when every tangent is zero
+        return out, jnp.zeros_like(out)
+    # Summed in float32, then rounded once, to the result's dtype.
+    tangent = functools.reduce(jnp.add, [t.astype(jnp.float32) for t in parts])
+    return out, tangent.astype(out_dtype)
 
 
 def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:
