@@ -20,7 +20,7 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
   speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with the
                  backend's gradients, torch eager, torch.compile, Flax WMT, ours with the
                  other gradient rule; tokens/s and MFU against the bfloat16 matmul peak
-                 measured in the same process
+                 measured in the same process; then ours traced: its step by op kind
   gradients      the README model's step: custom_vjp against autodiff gradients, in turns
   tests          pytest on tests/test_{ops,nn,decoding}_*.py and test_transformations.py
   flags          the README step (gradients "auto") compiled and timed in a fresh process
@@ -228,12 +228,17 @@ def job_deep_sampled(ctx: Context, timeout_s: float) -> dict:
     )
 
 
-def _speed(ctx: Context, name: str, size: str, impls: str, peak: int, timeout_s: float) -> dict:
+def _speed(
+    ctx: Context, name: str, size: str, impls: str, peak: int, timeout_s: float, trace: bool
+) -> dict:
     out = ctx.scratch / f"{name}.json"
     argv = [sys.executable, "-m", "benchmarks.accelerator.speed_worker", f"--size={size}",
             f"--impls={impls}", f"--flax_wmt_dir={ctx.args.flax_wmt_dir}",
             f"--peak_size={peak}", f"--time_limit_s={timeout_s:.0f}", f"--out={out}",
             *(["--rounds=3", "--warmup=1"] if ctx.dry else [])]  # fmt: skip
+    if trace:  # where ours spends its step, kernel by kernel (a trace, no compile)
+        argv += [f"--trace_dir={ctx.scratch / f'{name}_trace'}",
+                 f"--trace_copy={ctx.logs / f'{name}_trace.perfetto.json.gz'}"]  # fmt: skip
     job = ctx.run(name, argv, timeout_s, cache="cache_workers")
     return _with_job(jobs.read_partial(out), job)
 
@@ -248,12 +253,13 @@ def job_speed(ctx: Context, timeout_s: float) -> dict:
     other = "autodiff" if default == "custom_vjp" else "custom_vjp"
     impls = f"ours ({default}),torch eager,torch.compile,flax wmt,ours ({other})"
     size, peak = ("tiny", 256) if ctx.dry else ("base", 8192)
-    return _speed(ctx, "speed", size, impls, peak, timeout_s)
+    return _speed(ctx, "speed", size, impls, peak, timeout_s, trace=True)
 
 
 def job_gradients(ctx: Context, timeout_s: float) -> dict:
     size = "readme_local" if ctx.dry else "readme"
-    return _speed(ctx, "gradients", size, "ours (custom_vjp),ours (autodiff)", 0, timeout_s)
+    impls = "ours (custom_vjp),ours (autodiff)"
+    return _speed(ctx, "gradients", size, impls, 0, timeout_s, trace=False)
 
 
 def job_tests(ctx: Context, timeout_s: float) -> dict:

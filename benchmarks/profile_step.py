@@ -12,6 +12,9 @@ https://ui.perfetto.dev (or TensorBoard's profile plugin for the `.xplane.pb`). 
 printed table sums the XLA:CPU thunk events per kind of op ("ynn_fusion" = a matmul run
 by YNNPACK, "copy_bitcast_fusion" = a transpose, "while" = a loop), per step. On a
 multi-core CPU two thunks may run at once, so the column can add up to more than the step.
+On a GPU or TPU the trace has a device process ("/device:GPU:0"); then only its events
+count: its "XLA Ops" line (one event per HLO op) where there is one, else its streams'
+kernels (`device_events`); host events would count the same work twice.
 """
 
 from __future__ import annotations
@@ -48,14 +51,38 @@ def op_table(trace_dir: Path, steps: int) -> list[tuple[str, float, int]]:
     path = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
     events = json.load(gzip.open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
+    device = device_events(events)
+    if device is None:  # XLA:CPU: the host's thunk events
+        device = [e for e in events if e.get("ph") == "X" and not e["name"].startswith(_NOT_OPS)]
     total: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
-    for e in events:
-        if e.get("ph") == "X" and not e["name"].startswith(_NOT_OPS):
-            kind = re.sub(r"\.\d+$", "", e["name"])
-            total[kind] += e.get("dur", 0)
-            calls[kind] += 1
+    for e in device:
+        kind = re.sub(r"\.\d+$", "", e["name"])
+        total[kind] += e.get("dur", 0)
+        calls[kind] += 1
     return [(k, us / steps / 1e3, calls[k] // steps) for k, us in total.most_common()]
+
+
+def device_events(events: list[dict]) -> list[dict] | None:
+    """The complete ("X") events of the trace's accelerator processes ("/device:..."): their
+    "XLA Ops" threads if they have any, else every thread but the whole-program lines ("XLA
+    Modules", "Steps"). None when the trace has no device process (XLA:CPU)."""
+    processes, threads = {}, {}
+    for e in events:
+        name = e.get("args", {}).get("name", "") if e.get("ph") == "M" else None
+        if e.get("name") == "process_name" and name is not None:
+            processes[e.get("pid")] = name
+        elif e.get("name") == "thread_name" and name is not None:
+            threads[(e.get("pid"), e.get("tid"))] = name
+    pids = {pid for pid, name in processes.items() if name.startswith("/device:")}
+    if not pids:
+        return None
+    spans = [e for e in events if e.get("ph") == "X" and e.get("pid") in pids]
+    ops = [e for e in spans if threads.get((e["pid"], e.get("tid"))) == "XLA Ops"]
+    if ops:
+        return ops
+    whole = ("XLA Modules", "Steps")
+    return [e for e in spans if threads.get((e["pid"], e.get("tid"))) not in whole]
 
 
 def main(argv: list[str]) -> None:

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +98,11 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
                 assert "flax_wmt_dir" in entry
             elif not (name == "torch.compile" and _reason(entry)):  # may fail on a CPU
                 assert entry["tokens_per_s"] > 0 and entry["rounds"] >= 1, (key, name, entry)
+    # The speed job traces ours after the rounds: where its step's time goes, by op kind.
+    profile = speed["base"]["profile"]
+    assert profile["impl"].startswith("ours (") and profile["op_ms_per_step"] > 0
+    assert profile["top"] and all(ms >= 0 and n >= 1 for _, ms, n in profile["top"])
+    assert Path(profile["trace"]).is_file() and "profile" not in speed["readme"]
 
     for run in ("readme", "readme_cached", "deep_sampled"):
         e2e = stages["end_to_end"][run]

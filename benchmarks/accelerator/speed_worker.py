@@ -25,6 +25,11 @@ An implementation that fails to build or run is reported as such and the others 
 Each may compile until 3/4 of --time_limit_s (then it is cut off, SIGALRM, and the rest
 skipped), so the timing in turns still has its time; results are written after each
 compile and each round, so a job cut off from outside still leaves what it measured.
+
+With --trace_dir, the first of ours timed is then traced for --trace_steps more steps
+(`jax.profiler`, no compile: its program is already built), and the report gets
+`benchmarks.profile_step`'s table of where a step's device time goes ("profile"), with the
+Perfetto trace copied to --trace_copy: on a GPU, the kernels behind the MFU row.
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -203,6 +210,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="Untimed calls after the first.")
     parser.add_argument("--peak_size", type=int, default=8192, help="0: no peak, no MFU.")
     parser.add_argument("--time_limit_s", type=float, default=150.0)
+    parser.add_argument("--trace_dir", default="", help="Trace ours here after the rounds.")
+    parser.add_argument("--trace_steps", type=int, default=2)
+    parser.add_argument("--trace_copy", default="", help="Where the Perfetto trace goes.")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     start = time.perf_counter()
@@ -278,7 +288,36 @@ def main() -> None:
             if "peak_flops" in results:
                 entry["mfu"] = flops / step_s / results["peak_flops"]
         jobs.write_partial(args.out, results)
+    ours = [name for name in impls if name.startswith("ours (")]
+    if args.trace_dir and ours:
+        results["profile"] = "not measured: the trace was cut off"
+        jobs.write_partial(args.out, results)
+        results["profile"] = profile(impls[ours[0]], ours[0], args)
+        jobs.write_partial(args.out, results)
     print(f"speed_worker: done in {elapsed():.0f} s", flush=True)
+
+
+def profile(impl: Impl, name: str, args: argparse.Namespace, top: int = 25) -> dict | str:
+    """`benchmarks.profile_step`'s op table of `--trace_steps` traced calls of `impl`."""
+    from benchmarks import profile_step
+
+    trace_dir = Path(args.trace_dir)
+    try:
+        with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+            for _ in range(args.trace_steps):
+                impl.call()
+        rows = profile_step.op_table(trace_dir, args.trace_steps)
+    except Exception as error:  # noqa: BLE001 (a profiler missing here is a result)
+        return _error(error)
+    if args.trace_copy:
+        newest = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
+        shutil.copyfile(newest, args.trace_copy)
+    return {
+        "impl": name,
+        "op_ms_per_step": round(sum(ms for _, ms, _ in rows), 3),
+        "top": [[kind, round(ms, 3), n] for kind, ms, n in rows[:top]],
+        "trace": args.trace_copy or str(trace_dir),
+    }
 
 
 if __name__ == "__main__":

@@ -114,7 +114,18 @@ def speed_rows(stage: dict) -> list[Row]:
                 )
                 rows.append(("speed", what, timing, target))
         rows += _ratio_rows(size["name"], result["impls"])
+        if "profile" in result:
+            rows.append(_profile_row(size["name"], result["profile"]))
     return rows
+
+
+def _profile_row(label: str, profile: dict | str) -> Row:
+    """Where ours spends a step (the speed worker's trace): the top op kinds."""
+    if _why(profile):
+        return ("speed", f"{label}: where ours' step goes", profile, "")
+    top = ", ".join(f"{kind} {ms:.2f} ms ({n})" for kind, ms, n in profile["top"][:6])
+    what = f"{label}: where {profile['impl']}'s step goes (ms a step, calls)"
+    return ("speed", what, f"ops {profile['op_ms_per_step']:.1f} ms: {top}", "")
 
 
 def _ratio_rows(label: str, impls: dict) -> list[Row]:
