@@ -79,3 +79,33 @@ def test_float32_operands_keep_jax_own_rule():
     a, b = jnp.ones((2, 3)), jnp.ones((3, 4))
     loss = lambda x, y: jnp.sum(ops.einsum("MK,KN->MN", x, y) ** 2)  # noqa: E731
     assert set(_dot_operand_types(jax.grad(loss, argnums=(0, 1)), a, b)) == {("f32", "f32")}
+
+
+@pytest.mark.parametrize("attention_kind", ["dot", "additive"])
+@pytest.mark.parametrize("gradients", ops.GRADIENTS)
+def test_a_bf16_train_step_has_no_float32_matmul(gradients, attention_kind):
+    """The whole train step of a bfloat16 model, forward and backward, lowered: every matmul
+    takes bfloat16 operands (so none bypasses ops.einsum, and none is upcast by a rule)."""
+    from configs import model as model_configs
+    from transformer_jax.training import build, training_defaults
+
+    config = training_defaults()
+    config.model = model_configs.get_config("tiny")
+    config.model.dtype, config.model.attention_kind = "bfloat16", attention_kind
+    config.gradients, config.num_train_steps = gradients, 10
+    built = build(config, src_vocab_size=11, tgt_vocab_size=13)
+    rng = np.random.default_rng(0)
+    rows, width = built.parallel.num_local_devices * 2, 6
+    tokens = lambda: rng.integers(4, 11, size=(rows, width)).astype(np.int32)  # noqa: E731
+    batch = {
+        "src": tokens(),
+        "src_len": np.full((rows,), width, np.int32),
+        "tgt_in": tokens(),
+        "tgt_out": tokens(),
+        "tgt_weight": np.ones((rows, width), np.float32),
+    }
+    state = built.parallel.put_replicated(built.init_state())
+    text = built.train_step.lower(state, built.parallel.put_batch(batch)).as_text()
+    pattern = r"stablehlo\.dot_general[^\n]*: \(tensor<[^>]*x(\w+)>, tensor<[^>]*x(\w+)>\)"
+    types = re.findall(pattern, text)
+    assert len(types) > 20 and set(types) == {("bf16", "bf16")}, sorted(set(types))
