@@ -160,7 +160,8 @@ class SubwordSampling:
             except BrokenProcessPool as error:  # a worker died (e.g. killed): draw here
                 logging.warning("Data: a subword-sampling worker failed (%s); drawing in "
                                 "the training process from now on", error)  # fmt: skip
-                self._pool, self._ahead, self.workers = None, {}, 0
+                self.close()  # the broken pool's other workers and queued draws go too
+                self.workers = 0
             else:
                 if side == 1:
                     del self._ahead[key]

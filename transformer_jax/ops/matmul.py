@@ -237,16 +237,14 @@ def _low_precision_dot_jvp(spec, out_dtype, primals, tangents):
     ta, tb = tangents
     # The primal through the rule again: a second derivative (HVPs) meets this rule too.
     out = _low_precision_dot(spec, out_dtype, a, b)
-    parts = []
-    if not isinstance(ta, SymbolicZero):
-        parts.append(jnp.einsum(spec, ta, b, preferred_element_type=a.dtype))
-    if not isinstance(tb, SymbolicZero):
-        parts.append(jnp.einsum(spec, a, tb, preferred_element_type=a.dtype))
-    if not parts:  # never reached: JAX skips the rule when every tangent is zero
-        return out, jnp.zeros_like(out)
-    # Summed in float32, then rounded once, to the result's dtype.
-    tangent = functools.reduce(jnp.add, [t.astype(jnp.float32) for t in parts])
-    return out, tangent.astype(out_dtype)
+    # JAX calls the rule only when some tangent is nonzero. The products are summed in
+    # float32, then rounded once, to the result's dtype.
+    parts = [
+        jnp.einsum(spec, *operands, preferred_element_type=a.dtype).astype(jnp.float32)
+        for operands, tangent in (((ta, b), ta), ((a, tb), tb))
+        if not isinstance(tangent, SymbolicZero)
+    ]
+    return out, sum(parts[1:], parts[0]).astype(out_dtype)
 
 
 def _gradient_dot(spec: str, x: Array, y: Array, out_dtype: jnp.dtype) -> Array:

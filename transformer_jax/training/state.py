@@ -55,10 +55,11 @@ def init_params(model_config: ModelConfig, rng: jax.Array) -> Any:
     this process's first device.
     """
     model = Transformer(model_config.replace(deterministic=True))
-    with jax.default_device(_host_device()):
+    host = _host_device()
+    with jax.default_device(host):
         src = jnp.ones((1, 2), jnp.int32)  # (B, S): shapes do not matter for the parameters
         tgt = jnp.ones((1, 2), jnp.int32)  # (B, T)
-        rng = jax.device_put(rng, _host_device())
+        rng = jax.device_put(rng, host)
         args = ({"params": rng}, src, jnp.array([2], jnp.int32), tgt)
         # Runs once: compiled without XLA's backend optimisation, which costs more time than
         # it could save here (d2l: compile 2.3 -> 1.5 s; values within 3e-8 of the optimised).
