@@ -15,6 +15,8 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
                  the run's time: its target assumes the data built)
   readme         the README run from a fresh workdir and a fresh compilation cache
   readme_cached  the README run again, fresh workdir, the first launch's cache
+  readme_inline  (when asked) the README run with `precompile=off`, its own fresh cache:
+                 against "readme", whose eval and decoders compile in a background thread
   deep_sampled   that recipe from a fresh workdir and a fresh data directory (data
                  building included), scored with its beam 6 on the whole test split
   speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with the
@@ -23,9 +25,9 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
                  measured in the same process; then ours traced: its step by op kind
   gradients      the README model's step: custom_vjp against autodiff gradients, in turns
   tests          pytest on tests/test_{ops,nn,decoding}_*.py and test_transformations.py
-  flags          the README step (gradients "auto") compiled and timed in a fresh process
-                 under each of FLAG_VARIANTS' XLA:GPU options (autotuning, Triton GEMMs):
-                 compile seconds against step time, for the backend's defaults (item 3)
+  flags          (when asked) the README step (gradients "auto") compiled and timed in a
+                 fresh process under each of FLAG_VARIANTS' XLA:GPU options (autotuning,
+                 Triton GEMMs): compile seconds against step time (item 3)
 
 The report's stages: "programs" (every program each run compiled, from its
 compile_log.jsonl; the second README launch's compile seconds over the first's; the compile
@@ -87,6 +89,7 @@ LIMITS = {
     "data": Limit(90, 20),
     "readme": Limit(150, 45),
     "readme_cached": Limit(90, 30),
+    "readme_inline": Limit(150, 45),
     "deep_sampled": Limit(320, 90),
     "speed": Limit(270, 60),
     "gradients": Limit(60, 20),
@@ -211,6 +214,13 @@ def job_readme_cached(ctx: Context, timeout_s: float) -> dict:
     return _launch(ctx, "readme_cached", ctx.readme_config(), [], "cache_readme", timeout_s)
 
 
+def job_readme_inline(ctx: Context, timeout_s: float) -> dict:
+    """The README run with every program compiled when first used (`precompile=off`), its
+    own empty cache: against "readme" (eval and decoders compiled in a background thread)."""
+    flags = ["--config.precompile=off"]
+    return _launch(ctx, "readme_inline", ctx.readme_config(), flags, "cache_inline", timeout_s)
+
+
 def job_deep_sampled(ctx: Context, timeout_s: float) -> dict:
     if ctx.dry:  # the tiny deep_sampled on the checkout's data, built (building it takes a minute)
         return _launch(
@@ -305,13 +315,15 @@ JOBS = {
     "data": job_data,
     "readme": job_readme,
     "readme_cached": job_readme_cached,
+    "readme_inline": job_readme_inline,
     "deep_sampled": job_deep_sampled,
     "speed": job_speed,
     "gradients": job_gradients,
     "tests": job_tests,
     "flags": job_flags,
 }
-DEFAULT_JOBS = [name for name in JOBS if name != "flags"]  # flags: when asked for
+# flags and readme_inline (precompile's A/B, ~100 s more): when asked for
+DEFAULT_JOBS = [name for name in JOBS if name not in ("flags", "readme_inline")]
 
 
 # ---------------------------------------------------------------- the command
@@ -355,7 +367,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown --jobs {unknown}; choose from {list(JOBS)}")
     if len(set(args.jobs)) != len(args.jobs):
         parser.error(f"--jobs names a job twice: {args.jobs}")
-    readme_jobs = [i for i, j in enumerate(args.jobs) if j in ("readme", "readme_cached")]
+    readme_jobs = [i for i, j in enumerate(args.jobs) if j.startswith("readme")]
     if readme_jobs and "data" not in args.jobs:
         args.jobs.insert(readme_jobs[0], "data")  # the README runs start with their data built
     limits = dict(DRY_LIMITS if args.dry_run else LIMITS)

@@ -143,6 +143,7 @@ def _train_and_report(training) -> None:
         ZipNotFoundError,
     )
     from transformer_jax.evaluation.evaluators import ValidationBleu
+    from transformer_jax.evaluation.report_ahead import test_report_programs
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.preemption import EXIT_CODE, Preempted
     from transformer_jax.workdir.checkpoint_saves import CheckpointSaveError
@@ -161,6 +162,8 @@ def _train_and_report(training) -> None:
             FLAGS.config,
             FLAGS.workdir,
             evaluators=[ValidationBleu],  # BLEU on validation pairs at each evaluation
+            # The closing report's decoders, compiled during training (`precompile`).
+            compile_ahead=[test_report_programs] if _reports_here() else [],
             init_from=FLAGS.init_from or None,
             restart_from_scratch=FLAGS.restart_from_scratch,
         )
@@ -190,12 +193,17 @@ def _train_and_report(training) -> None:
     ) as error:
         launch.fatal(str(error))
     if FLAGS.config.eval.num_test_examples >= 0:
-        if jax.process_count() > 1:  # the report decodes on one host's devices
+        if not _reports_here():  # the report decodes on one host's devices
             logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
             return
         from transformer_jax.evaluation.report import test_report
 
         test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
+
+
+def _reports_here() -> bool:
+    """Whether this launch ends with the test report (one process, num_test_examples >= 0)."""
+    return FLAGS.config.eval.num_test_examples >= 0 and jax.process_count() == 1
 
 
 def run() -> None:

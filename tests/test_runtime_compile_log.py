@@ -22,7 +22,8 @@ from transformer_jax.runtime import compile_log
 
 LINE = re.compile(
     r"Compiled: (\d+) programs? in ([\d.]+) s \(init: [\d.]+, train step: [\d.]+, "
-    r"eval: [\d.]+, decode: [\d.]+(, other: [\d.]+)?; (\d+) from the persistent cache\)"
+    r"eval: [\d.]+, decode: [\d.]+(, other: [\d.]+)?; (\d+) from the persistent cache"
+    r"(; [\d.]+ s of them in a background thread)?\)"
 )
 
 
@@ -97,13 +98,16 @@ def test_a_program_from_the_persistent_cache_is_marked(tmp_path):
 @pytest.mark.slow  # trains for real, twice
 @pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
 def test_a_launch_compiles_few_programs_and_a_second_run_reads_them_from_the_cache(tmp_path):
+    """The first launch compiles its eval and decoding programs in a background thread
+    (`precompile`: what "auto" does on an accelerator), the second as XLA:CPU's default does:
+    the same programs, the same report."""
     env = {
         **subprocess_env(),
         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     }
-    records = []
-    for run in ("first", "second"):
+    records, reports, lines_out = [], [], []
+    for run, precompile in (("first", "background"), ("second", "auto")):
         workdir = tmp_path / run
         out = subprocess.run(
             [
@@ -120,6 +124,7 @@ def test_a_launch_compiles_few_programs_and_a_second_run_reads_them_from_the_cac
                 # share their programs, as the README and deep_sampled runs do.
                 "--config.eval.num_bleu_examples=64",
                 "--config.eval.num_test_examples=64",
+                f"--config.precompile={precompile}",
             ],
             cwd=REPO,
             env=env,
@@ -129,9 +134,11 @@ def test_a_launch_compiles_few_programs_and_a_second_run_reads_them_from_the_cac
         )
         assert out.returncode == 0, out.stderr[-3000:]
         assert LINE.search(out.stdout), out.stdout[-2000:]
+        lines_out.append(LINE.search(out.stdout).group(0))
         lines = (workdir / "compile_log.jsonl").read_text().splitlines()
         assert len(lines) == 1
         records.append(json.loads(lines[0]))
+        reports.append(json.loads((workdir / "eval_report.json").read_text()))
     first, second = ([p for p in r["programs"]] for r in records)
 
     def count(programs, kind):
@@ -150,3 +157,12 @@ def test_a_launch_compiles_few_programs_and_a_second_run_reads_them_from_the_cac
     )
     assert all(p["cached"] for p in second if p["kind"] in ("train step", "eval", "decode"))
     assert not any(p["cached"] for p in first if p["kind"] in ("train step", "eval", "decode"))
+    # Ahead in the first run: every eval and decoding program (the loop's BLEU and the
+    # report's), none of them again on the main thread; none in the second (CPU: "off").
+    ahead = [p["kind"] for p in first if p["background"]]
+    assert sorted(ahead) == sorted(p["kind"] for p in first if p["kind"] in ("eval", "decode"))
+    assert not any(p["background"] for p in second)
+    assert [" of them in a background thread" in line for line in lines_out] == [True, False]
+    # Compiling ahead changes no result: the same report, translation for translation.
+    same = ("bleu", "chrf", "loss", "samples", "generated_tokens", "bleu_by_length")
+    assert {k: reports[0][k] for k in same} == {k: reports[1][k] for k in same}

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks.accelerator import jobs
+from benchmarks.accelerator import jobs, table
 
 REPO = jobs.REPO
 
@@ -35,7 +35,7 @@ def stages(results: dict[str, dict]) -> dict[str, Any]:
         return results[job] if key in results[job] else why(job)
 
     programs: dict[str, Any] = {
-        k: part(k, "compile") for k in ("readme", "readme_cached", "deep_sampled")
+        k: part(k, "compile") for k in ("readme", "readme_cached", "readme_inline", "deep_sampled")
     }
     first, second = programs["readme"], programs["readme_cached"]
     if isinstance(first, dict) and isinstance(second, dict):
@@ -50,7 +50,7 @@ def stages(results: dict[str, dict]) -> dict[str, Any]:
     return {
         "programs": programs,
         "speed": {"base": whole("speed", "impls"), "readme": whole("gradients", "impls")},
-        "end_to_end": {k: whole(k, "wall_s") for k in ("readme", "readme_cached", "deep_sampled")},
+        "end_to_end": {k: whole(k, "wall_s") for k in table.RUNS},
         "tests": whole("tests", "counts"),
         "flags": whole("flags", "variants"),
     }

@@ -21,6 +21,7 @@ TARGET_VS_EAGER, TARGET_VS_COMPILE, TARGET_MFU = 1.2, 1.0, 0.45  # base, bfloat1
 RUNS = {
     "readme": "README run",
     "readme_cached": "README run again",
+    "readme_inline": "README run, precompile off",
     "deep_sampled": "deep_sampled run",
 }
 
@@ -46,7 +47,7 @@ def programs_rows(stage: dict) -> list[Row]:
             rows.append(("programs", label, log, ""))
             continue
         kinds = ", ".join(f"{k} {s:.1f}" for k, s in log["seconds_by_kind"].items())
-        target = "" if run == "readme_cached" else "1 train step, 1 eval, <= 2 decode"
+        target = "1 train step, 1 eval, <= 2 decode" if run in ("readme", "deep_sampled") else ""
         result = (
             f"{log['programs']} programs, {log['seconds']:.1f} s ({kinds}); "
             f"{log['cached']} from the cache"
@@ -154,6 +155,7 @@ def end_to_end_rows(stage: dict) -> list[Row]:
     targets = {
         "readme": f"<= {TARGET_README_S:.0f} s",
         "readme_cached": "",
+        "readme_inline": "",
         "deep_sampled": f">= {TARGET_DEEP_BLEU:.0f} BLEU in <= {TARGET_DEEP_S:.0f} s",
     }
     for key, label in RUNS.items():

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from transformer_jax.decoding import compile_only, search, steps
 from transformer_jax.decoding import sampling as sampling_lib
-from transformer_jax.decoding import search, steps
 from transformer_jax.nn import ModelConfig
 from transformer_jax.runtime.axes import DATA_AXIS
 
@@ -350,7 +350,8 @@ def sharded_decoder(
     )
 
     def decode(params: Any, src: Array, src_len: Array, limit: int | None = None) -> Array:
-        return mapped(params, src, src_len, np.int32(max_decode_len if limit is None else limit))
+        limit = np.int32(max_decode_len if limit is None else limit)
+        return compile_only.call(mapped, params, src, src_len, limit)
 
     return decode
 
@@ -410,7 +411,8 @@ def sharded_nbest_decoder(
     ):
         if prefix is None:  # an unused (B, 1) operand keeps one signature
             prefix = np.zeros((src.shape[0], 1), np.int32)
-        return mapped(
+        return compile_only.call(
+            mapped,
             params,
             src,
             src_len,

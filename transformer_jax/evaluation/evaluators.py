@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from transformer_jax.data import spread_subset
+from transformer_jax.decoding import compile_only
 from transformer_jax.evaluation.bleu import corpus_bleu
 from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log
@@ -24,19 +25,15 @@ class ValidationBleu:
 
     def __init__(self, context: EvalContext):
         self.context = context
-        self.pairs = spread_subset(list(context.eval_pairs), context.config.eval.num_bleu_examples)
+        n = context.config.eval.num_bleu_examples  # 0: no BLEU (spread_subset's 0 is "all")
+        self.pairs = spread_subset(list(context.eval_pairs), n) if n else []
 
     def __call__(self, params: Any, step: int) -> dict[str, float | str]:
         c = self.context
-        if not c.config.eval.num_bleu_examples:
+        if not self.pairs:
             return {}
         start = time.perf_counter()
-        translator = Translator.from_params(
-            c.model_config, params, c.src_tokenizer, c.tgt_tokenizer, config=c.config
-        )
-        # warn=False: a sentence longer than the training limit is translated whole, silently.
-        with compile_log.kind("decode"):
-            hypotheses = translator.translate([src for src, _ in self.pairs], warn=False)
+        translator, hypotheses = self._translate(params)
         bleu = corpus_bleu(
             [translator.detokenize(h) for h in hypotheses],
             [translator.detokenize(t) for _, t in self.pairs],
@@ -50,3 +47,19 @@ class ValidationBleu:
             log("  %s", line)
         log("BLEU on %d pairs: %.2f (%.1fs)", len(self.pairs), bleu, time.perf_counter() - start)
         return {"bleu": bleu, "translations": "\n\n".join(shown)}
+
+    def compile_ahead(self, params: Any) -> None:
+        """Compiles the decoding programs `__call__` runs, decoding nothing
+        (`training.precompile`: in a thread while the run trains)."""
+        if self.pairs:
+            with compile_only.compiling():
+                self._translate(params)
+
+    def _translate(self, params: Any) -> tuple[Translator, list[str]]:
+        c = self.context
+        translator = Translator.from_params(
+            c.model_config, params, c.src_tokenizer, c.tgt_tokenizer, config=c.config
+        )
+        # warn=False: a sentence longer than the training limit is translated whole, silently.
+        with compile_log.kind("decode"):
+            return translator, translator.translate([src for src, _ in self.pairs], warn=False)

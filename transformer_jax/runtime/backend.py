@@ -15,6 +15,11 @@ so each knob's "auto" resolves here, by platform, to the value measured to help 
                                                        temporaries; accelerators allocate
                                                        on the device
     threefry_lowering     "unrolled"     (JAX's own)   only XLA:CPU has a rolled lowering
+    precompile            "off"          "background"  the eval and decoding programs
+                                                       compiled in a thread while the train
+                                                       step compiles and runs: a GPU host's
+                                                       spare cores; XLA:CPU's compiles
+                                                       would take the 2 cores from training
 
 `host_memory` must be fixed before JAX starts its backend, so `expected_platform` answers
 without starting one: the backend in use if one is running, else `JAX_PLATFORMS` /
@@ -41,6 +46,7 @@ _PLUGINS = {
 
 GRADIENTS = {"cpu": "custom_vjp", "gpu": "autodiff", "tpu": "autodiff"}
 HOST_MEMORY = {"cpu": "reuse", "gpu": "system", "tpu": "system"}
+PRECOMPILE = {"cpu": "off", "gpu": "background", "tpu": "background"}
 
 
 def platform_name(name: str) -> str:

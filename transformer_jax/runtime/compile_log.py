@@ -19,6 +19,9 @@ waited for.
 Which part of the run a program belongs to is the innermost `kind(...)` block around the
 call that compiled it ("train step", "eval", "decode", "init"; "other" outside any): the
 function names alone do not say it (`pmap` wraps them, `shard_map` renames them).
+A program compiled outside the main thread (a run's eval and decoding programs, compiled
+ahead while it trains: `training.precompile`) is marked `background`: its seconds are counted
+with the others but were not waited for, and the summary says how many.
 Only listeners are registered, while `recording()` is open: importing this changes nothing.
 """
 
@@ -56,6 +59,7 @@ class Program:
     kind: str
     seconds: float  # trace + lower + backend compile (or cache read)
     cached: bool
+    background: bool = False  # compiled outside the main thread (`training.precompile`)
 
 
 @dataclasses.dataclass(eq=False)  # identity: open recordings are told apart in `_active`
@@ -75,6 +79,11 @@ class CompileLog:
     def num_cached(self) -> int:
         return sum(p.cached for p in self.programs)
 
+    @property
+    def background_seconds(self) -> float:
+        """Seconds of programs compiled outside the main thread, while it did other work."""
+        return sum(p.seconds for p in self.programs if p.background)
+
     def seconds_by_kind(self) -> dict[str, float]:
         """{kind: seconds}, every reported kind present (0.0 where nothing compiled)."""
         out = dict.fromkeys(KINDS[:-1], 0.0)
@@ -86,12 +95,15 @@ class CompileLog:
         return sum(p.kind == kind for p in self.programs)
 
     def summary_line(self) -> str:
-        """`Compiled: N programs in T s (train step: a, eval: b, decode: c; K from the ...)`."""
+        """`Compiled: N programs in T s (train step: a, eval: b, decode: c; K from the ...)`,
+        with `; B s of them in a background thread` when some were (`training.precompile`)."""
         parts = ", ".join(f"{k}: {s:.1f}" for k, s in self.seconds_by_kind().items())
         n = len(self.programs)
+        behind = self.background_seconds
+        aside = f"; {behind:.1f} s of them in a background thread" if behind else ""
         return (
             f"Compiled: {n} program{'s' * (n != 1)} in {self.seconds:.1f} s ({parts}; "
-            f"{self.num_cached} from the persistent cache)"
+            f"{self.num_cached} from the persistent cache{aside})"
         )
 
     def table(self) -> list[dict]:
@@ -118,7 +130,8 @@ class CompileLog:
         elif event == BACKEND_COMPILE:
             total = seconds + self._pending.pop(thread, 0.0)
             cached = self._hit.pop(thread, False)
-            self.programs.append(Program(str(fun_name), _kind.get(), total, cached))
+            behind = threading.current_thread() is not threading.main_thread()
+            self.programs.append(Program(str(fun_name), _kind.get(), total, cached, behind))
 
     def _on_event(self, event: str) -> None:
         if event == CACHE_HIT:

@@ -63,6 +63,11 @@ def training_defaults() -> ml_collections.ConfigDict:
     # bound by the per-call dispatch, not by FLOPs. Logging/eval/checkpoint steps still land
     # exactly where configured (a call is cut short at those boundaries).
     c.steps_per_call = 1
+    # "background": compile the eval step and the evaluators' and closing report's decoding
+    # programs in a thread at the start, while the train step compiles and runs (an
+    # accelerator's first run spends most of its time compiling); "off": each when first
+    # used; "auto" = "background" on GPU/TPU, "off" on CPU (runtime/backend.py).
+    c.precompile = "auto"
     # Duration: exactly one of these is > 0 (epochs are converted with the iterator's length).
     c.num_train_steps = 0
     c.num_epochs = 0
@@ -176,6 +181,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("schedule", config.schedule, SCHEDULES)
     _check_choice("gradients", config.gradients, ("auto", *GRADIENTS))
+    _check_choice("precompile", config.precompile, ("auto", "background", "off"))
     for key in _POSITIVE_INTS:
         _check_int(key, config[key], minimum=1)
     for key in _NON_NEGATIVE_INTS:

@@ -9,6 +9,12 @@ and the step. An evaluator returns named results: numbers are eval metrics (metr
 TensorBoard, the eval log line, the final validation dict), strings are text summaries
 (TensorBoard's text tab, e.g. sample translations).
 
+An evaluator may also have a `compile_ahead(params)` method that compiles the programs its
+calls will run without running them (`decoding.compile_only`), and a launcher may pass
+`compile_ahead` functions of its own (context, host params) for what it runs after training
+(the closing test report): with `precompile` "background" the loop runs them in a thread at
+the start, while the train step compiles and runs (`training.precompile`).
+
 The loop knows nothing of what an evaluator does, so `training/` imports neither
 `inference/` nor `evaluation/`: a launcher chooses the evaluators (experiments/train.py,
 the notebook). Evaluators run on process 0 only (they translate on its local devices).
@@ -34,8 +40,11 @@ class EvalContext:
     src_tokenizer: Any
     tgt_tokenizer: Any
     eval_pairs: Sequence[tuple[str, str]]  # the validation pairs, as the data stores them
+    test_pairs: Sequence[tuple[str, str]] = ()  # the test split's pairs, all of them
 
 
 # (host params, step) -> {name: number (an eval metric) | str (a text summary)}
 Evaluator = Callable[[Any, int], dict[str, float | str]]
 MakeEvaluator = Callable[[EvalContext], Evaluator]
+# (context, host params) -> None: compiles what the launcher will decode after training
+CompileAhead = Callable[[EvalContext, Any], None]

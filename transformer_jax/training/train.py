@@ -37,10 +37,15 @@ import orbax.checkpoint as ocp
 
 from transformer_jax import data as data_lib
 from transformer_jax.runtime import compile_log, configure_process
-from transformer_jax.training import finetune, preemption
+from transformer_jax.training import finetune, precompile, preemption
 from transformer_jax.training.builder import Built, build
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
-from transformer_jax.training.evaluators import EvalContext, Evaluator, MakeEvaluator
+from transformer_jax.training.evaluators import (
+    CompileAhead,
+    EvalContext,
+    Evaluator,
+    MakeEvaluator,
+)
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.state import TrainState
@@ -78,6 +83,7 @@ class Run:
     pipeline: data_lib.InputPipeline
     writer: MetricWriter
     evaluators: list[Evaluator]  # process 0's; none on the others
+    context: EvalContext  # what the evaluators were made with
 
 
 # (last step, steps, device metrics) of a device call whose metrics are not fetched yet
@@ -89,14 +95,17 @@ def train_and_evaluate(
     workdir: str | Path,
     *,
     evaluators: Sequence[MakeEvaluator] = (),
+    compile_ahead: Sequence[CompileAhead] = (),
     init_from: str | Path | None = None,
     restart_from_scratch: bool = False,
     after_step: Callable[[StepEnd], bool] | None = None,
 ) -> dict[str, float]:
     """Trains (or resumes) in `workdir`, evaluates, checkpoints; returns the final eval metrics.
 
-    `evaluators`: see `training.evaluators`. `after_step`, for measurements only (time to BLEU,
-    compile counts): called after every device call; True ends the run there."""
+    `evaluators`, `compile_ahead` (what the launcher decodes after training, compiled during
+    it when `precompile` says so): see `training.evaluators` and `training.precompile`.
+    `after_step`, for measurements only (time to BLEU, compile counts): called after every
+    device call; True ends the run there."""
     workdir = check_workdir(workdir)
     configure_process(config)  # before anything computes (XLA flags, host memory)
     is_main = jax.process_index() == 0
@@ -137,11 +146,15 @@ def train_and_evaluate(
         run = start_run(config, workdir, built, pipeline, evaluators, state, total_steps)
         start_step = step = int(state.step)
         device_state = parallel.put_replicated(state)
+        # The eval and decoding programs, compiled in a thread while the train step compiles
+        # and runs (None when `precompile` is "off").
+        ahead = precompile.start(run, device_state.params, state.params, compile_ahead)
         del state  # the device copy is donated to the step from here on
 
         # ------------------------------------------------------------ train loop
         saves = SaveWatch(manager)  # a failed save stops the run, in one line
         stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
+        finished = False
         try:
             progress, pending = Progress(total_steps, start_step), list[Pending]()
             summary, final = {}, None
@@ -166,17 +179,24 @@ def train_and_evaluate(
                 if signalled:  # `saves.close()` below waits for the save before this is reported
                     raise preemption.Preempted(signalled, step)
                 if do_eval:
+                    if ahead:  # its programs are being compiled: wait, never compile twice
+                        ahead.wait_for_eval()
                     final = evaluate(run, device_state.params, step)
                 if ended:
                     break
 
             # ------------------------------------------------------------ final evaluation
             if final is None:  # nothing left to train: the checkpoint was already at the last step
+                if ahead:
+                    ahead.wait_for_eval()
                 final, summary = _nothing_to_train(run, device_state.params, start_step)
             signalled = stop.requested(step, every=1)  # during the final evaluation
             if signalled:  # the last step is saved: the same command evaluates again
                 raise preemption.Preempted(signalled, step)
+            finished = True
         finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
+            if ahead:  # stopped early: only the compile in flight is waited for
+                ahead.close(finish=finished)
             stop.restore()
             train_iter.close()  # subword-sampling workers, if any
             saves.close()
@@ -299,6 +319,7 @@ def start_run(
         pipeline.src_tokenizer,
         pipeline.tgt_tokenizer,
         pipeline.eval_pairs,
+        pipeline.test_pairs,
     )
     made = [make(context) for make in evaluators] if is_main else []
     log(
@@ -311,7 +332,7 @@ def start_run(
         config.parallelism,
         f"{sum(x.size for x in jax.tree.leaves(state.params)):,}",
     )
-    return Run(config, workdir, total_steps, built, pipeline, writer, made)
+    return Run(config, workdir, total_steps, built, pipeline, writer, made, context)
 
 
 def log_and_check(

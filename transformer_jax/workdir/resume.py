@@ -13,8 +13,9 @@ are. Before anything is written, `check_resume_config` compares the new config w
   parameters in a new workdir with `--init_from` (`train_and_evaluate(init_from=...)`).
 - **Accepted and recorded** (a log line each; `config.json` is rewritten once the run
   starts): the run length, the log/eval/checkpoint intervals, `keep_checkpoints`, `eval.*`,
-  the process settings (`parallelism`, `steps_per_call`, `xla_flags`, `host_memory`,
-  `threefry_lowering`) and the derivative rule `gradients` (the same math either way).
+  the process settings (`parallelism`, `steps_per_call`, `precompile`, `xla_flags`,
+  `host_memory`, `threefry_lowering`) and the derivative rule `gradients` (the same math
+  either way).
 - **Accepted with a warning**: keys that change the optimisation of the remaining steps
   (learning rate, schedule and warm-up, clipping, label smoothing, Adam's constants,
   weight decay, gradient accumulation). A new `num_train_steps` / `num_epochs` under a
@@ -45,6 +46,7 @@ FREE_KEYS = frozenset(
         "checkpoint_every_steps",
         "keep_checkpoints",
         "steps_per_call",
+        "precompile",
         "parallelism",
         "xla_flags",
         "host_memory",

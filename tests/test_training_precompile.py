@@ -1,0 +1,119 @@
+"""training/precompile.py: "auto" per backend; the warm-up thread's order, its eval part waited
+for on its own, a failing task only logged, an early stop skipping what has not started.
+(A whole launch with precompile="background": tests/test_runtime_compile_log.py.)"""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import fra_eng
+from transformer_jax.runtime import compile_log
+from transformer_jax.training import precompile
+from transformer_jax.training.config import ConfigError, validate_config
+from transformer_jax.training.parallel import DataParallel
+
+
+def test_auto_is_background_on_accelerators_and_off_on_cpu():
+    assert precompile.resolve("auto", "cpu") == "off"
+    assert precompile.resolve("auto", "gpu") == "background"
+    assert precompile.resolve("auto", "tpu") == "background"
+    assert precompile.resolve("background", "cpu") == "background"
+    assert precompile.resolve("off", "gpu") == "off"
+    assert precompile.resolve("auto") == "off"  # these tests run on CPU
+
+
+def test_a_bad_value_names_the_key_and_the_choices():
+    config = fra_eng.get_config()
+    config.precompile = "eager"
+    with pytest.raises(ConfigError, match=r"precompile.*eager"):
+        validate_config(config, num_devices=1)
+
+
+def test_tasks_run_in_order_in_one_thread_and_the_eval_part_is_waited_for_alone():
+    order, release = [], threading.Event()
+
+    def task(name, wait=None):
+        def run():
+            order.append((name, threading.current_thread().name))
+            if wait is not None:
+                assert wait.wait(timeout=30)
+
+        return run
+
+    ahead = precompile.Background(
+        [("eval", "eval", task("eval step")), ("decode", "eval", task("bleu")),
+         ("decode", "after", task("report", wait=release)), ("decode", "after", task("last"))]
+    )  # fmt: skip
+    ahead.wait_for_eval()  # returns while "report" still blocks
+    assert [name for name, _ in order][:2] == ["eval step", "bleu"]
+    assert {thread for _, thread in order} == {precompile.THREAD_NAME}
+    release.set()
+    ahead.close()
+    assert [name for name, _ in order] == ["eval step", "bleu", "report", "last"]
+    assert ahead.failures == []
+
+
+def test_a_failing_task_is_logged_and_the_next_ones_run(caplog):
+    ran = []
+
+    def fail():
+        raise RuntimeError("out of memory while compiling\nsecond line")
+
+    ahead = precompile.Background(
+        [("eval", "eval", fail), ("decode", "after", lambda: ran.append(1))]
+    )
+    ahead.close()
+    assert ran == [1]
+    assert ahead.failures == ["RuntimeError: out of memory while compiling"]
+    assert "compiles when first used" in caplog.text
+
+
+def test_an_early_stop_waits_for_the_task_in_flight_only():
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def slow():
+        started.set()
+        assert release.wait(timeout=30)
+        ran.append("slow")
+
+    ahead = precompile.Background(
+        [("eval", "eval", slow), ("decode", "after", lambda: ran.append("skipped"))]
+    )
+    assert started.wait(timeout=30)
+    threading.Timer(0.2, release.set).start()
+    ahead.close(finish=False)
+    assert ran == ["slow"]
+
+
+def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
+    """`_compile_eval_step` lowers for the replicated parameters' shapes and shardings and a
+    validation batch: the loop's own call then compiles nothing."""
+    parallel = DataParallel.create("pmap")
+
+    def eval_fn(params, batch, axis_name):  # (params, batch) -> sums, as the built eval step
+        return {"sum": jax.lax.psum(jnp.sum(batch["x"] @ params["w"]), axis_name)}
+
+    eval_step = parallel.map_eval_step(eval_fn)
+    params = {"w": np.full((3, 2), 0.5, np.float32)}
+    device_params = parallel.put_replicated(params)
+    batch = {"x": np.ones((4, 3), np.float32), "index": np.arange(4)}
+    run = types.SimpleNamespace(
+        built=types.SimpleNamespace(parallel=parallel, eval_step=eval_step),
+        pipeline=types.SimpleNamespace(eval_batches=lambda split: iter([batch])),
+    )
+    shapes = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
+    )
+    with compile_log.recording() as ahead_log:
+        precompile._compile_eval_step(run, shapes)
+    assert len(ahead_log.programs) >= 1
+    with compile_log.recording() as later:
+        out = eval_step(device_params, parallel.put_batch({"x": batch["x"]}))
+    assert later.programs == [], [p.name for p in later.programs]
+    np.testing.assert_allclose(parallel.get_replicated(out)["sum"], 12.0)
