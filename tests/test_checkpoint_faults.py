@@ -351,6 +351,7 @@ def test_a_reader_outrun_by_the_trainer_reads_its_newest_checkpoint(
     assert Translator.from_workdir(run_copy).step == 6  # was: NoCheckpointError, "train one"
 
 
+@pytest.mark.slow  # trains for real
 def test_readers_racing_a_training_run_never_fail(tmp_path, caplog):
     workdir = tmp_path / "run"
     # A save every step, one kept: each save deletes the checkpoint a reader may be reading.

@@ -26,6 +26,7 @@ def test_percent_parser_splits_code_and_markdown():
         build_notebook.percent_to_notebook("x = 1\n")
 
 
+@pytest.mark.slow  # trains for real
 @pytest.mark.skipif(not CORPUS.exists(), reason=f"corpus not found at {CORPUS}")
 def test_notebook_executes_on_cpu_with_a_tiny_config(tmp_path, monkeypatch):
     from nbclient import NotebookClient

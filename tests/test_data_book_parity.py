@@ -29,6 +29,7 @@ pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 pytest_plugins = ["tests.conftest_data"]
 
 
+@pytest.mark.slow  # trains for real
 def test_d2l_variant_trains_on_the_books_601_pairs_for_2000_steps(real_cfg):
     c = fra_eng.get_config("d2l")
     c.data.update(zip_path=real_cfg.zip_path, url="", data_dir=real_cfg.data_dir)

@@ -176,6 +176,7 @@ def test_random_pre_norm_model_search_matches(tmp_path):
         assert np.mean([len(r) for r in ours]) > 8
 
 
+@pytest.mark.slow  # trains for real
 def test_trained_model_greedy_and_beam_equal_jax_search(trained, tmp_path):
     """CTranslate2 float32 = our search, token for token, on 150 sentences (greedy, beam 4).
 

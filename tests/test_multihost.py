@@ -33,6 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # trains for real
 def test_two_processes_match_one_process_with_two_devices(tmp_path):
     assert FLAGS  # the same tiny config as the end-to-end test
     # All three processes at once: the 1-process, 2-device reference and the 2-process run.

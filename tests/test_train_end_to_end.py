@@ -62,6 +62,7 @@ def test_run_writes_a_complete_workdir(uninterrupted):
     assert np.isclose(evals[0]["perplexity"], np.exp(evals[0]["nll"]))
 
 
+@pytest.mark.slow  # trains for real
 def test_killed_run_resumes_to_the_same_parameters(uninterrupted, tmp_path):
     workdir = tmp_path / "killed"
     process = launch(workdir)
