@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import accelerator_check
-from benchmarks.accelerator import jobs, pytest_lines, runs, sizes
+from benchmarks.accelerator import jobs, pytest_lines, runs, sizes, table
 from tests.helpers import JAX_CACHE, REPO, subprocess_env
 
 KINDS = {"init", "train step", "eval", "decode", "other"}
@@ -172,6 +172,26 @@ def test_read_run_takes_the_rate_first_step_and_files_of_a_launch(tmp_path):
     assert run["bleu"]["bleu"] == 41.5 and "x" not in run["bleu"]
     assert run["compile"]["seconds_by_kind"] == {"train step": 3.0}
     assert runs.read_run(job, tmp_path / "missing")["bleu"] == "not measured: no eval_report.json"
+
+
+def test_programs_compiled_ahead_are_marked_in_the_table(tmp_path):
+    """A launch with `precompile` "background": its log's programs say so, and the table too."""
+    programs = [
+        {"name": "step", "kind": "train step", "seconds": 20.0, "cached": False},
+        {"name": "ev", "kind": "eval", "seconds": 7.5, "cached": False, "background": True},
+        {"name": "dec", "kind": "decode", "seconds": 11.0, "cached": True, "background": True},
+    ]
+    record = {"time": "t", "seconds": 38.5, "cached": 1, "programs": programs}
+    (tmp_path / "compile_log.jsonl").write_text(json.dumps(record) + "\n")
+    log = runs.read_compile_log(tmp_path)
+    assert log["background_s"] == 18.5
+    stage = {run: "not measured: not in --jobs" for run in table.RUNS}
+    stage.update(readme=log, cache="not measured: x", compile_vs_flax_wmt="not measured: y")
+    rows = {what: result for _, what, result, _ in table.programs_rows(stage)}
+    assert rows["README run: all"].endswith("; 18.5 s of them in a background thread")
+    assert rows["README run: eval ev"] == "7.50 s (ahead)"
+    assert rows["README run: decode dec"] == "11.00 s (cache) (ahead)"
+    assert rows["README run: train step step"] == "20.00 s"
 
 
 def test_packed_batches_keep_each_pair_in_one_segment_on_both_sides():

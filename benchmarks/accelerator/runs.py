@@ -97,6 +97,10 @@ def read_compile_log(workdir: Path) -> dict[str, Any] | str:
         "seconds": record["seconds"],
         "programs": len(record["programs"]),
         "cached": record["cached"],
+        # compiled in `precompile`'s thread while the run went on (older logs: none)
+        "background_s": round(
+            sum(p["seconds"] for p in record["programs"] if p.get("background")), 3
+        ),  # fmt: skip
         "seconds_by_kind": by_kind,
         "count_by_kind": {k: sum(p["kind"] == k for p in record["programs"]) for k in by_kind},
         "table": record["programs"],

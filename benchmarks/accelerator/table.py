@@ -48,14 +48,17 @@ def programs_rows(stage: dict) -> list[Row]:
             continue
         kinds = ", ".join(f"{k} {s:.1f}" for k, s in log["seconds_by_kind"].items())
         target = "1 train step, 1 eval, <= 2 decode" if run in ("readme", "deep_sampled") else ""
+        ahead = log.get("background_s", 0.0)
         result = (
             f"{log['programs']} programs, {log['seconds']:.1f} s ({kinds}); "
             f"{log['cached']} from the cache"
+            + (f"; {ahead:.1f} s of them in a background thread" if ahead else "")
         )
         rows.append(("programs", f"{label}: all", result, target))
         for p in log["table"]:
             if p["kind"] in ("train step", "eval", "decode"):
                 cached = " (cache)" if p["cached"] else ""
+                cached += " (ahead)" if p.get("background") else ""
                 what = f"{label}: {p['kind']} {p['name']}"
                 rows.append(("programs", what, f"{p['seconds']:.2f} s{cached}", ""))
     cache, target = stage["cache"], f"<= {100 * TARGET_CACHE_RATIO:.0f} %"
