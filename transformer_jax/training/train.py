@@ -145,17 +145,18 @@ def train_and_evaluate(
             _record_run(config, workdir, changes, pipeline, init_from)
         run = start_run(config, workdir, built, pipeline, evaluators, state, total_steps)
         start_step = step = int(state.step)
-        device_state = parallel.put_replicated(state)
-        # The eval and decoding programs, compiled in a thread while the train step compiles
-        # and runs (None when `precompile` is "off").
-        ahead = precompile.start(run, device_state.params, state.params, compile_ahead)
+        device_state, host_params = parallel.put_replicated(state), state.params
         del state  # the device copy is donated to the step from here on
 
         # ------------------------------------------------------------ train loop
         saves = SaveWatch(manager)  # a failed save stops the run, in one line
         stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
-        finished = False
+        ahead, finished = None, False
         try:
+            # The eval and decoding programs, compiled in a thread while the train step
+            # compiles and runs (None when `precompile` is "off").
+            ahead = precompile.start(run, device_state.params, host_params, compile_ahead)
+            del host_params  # the thread keeps them while it needs them
             progress, pending = Progress(total_steps, start_step), list[Pending]()
             summary, final = {}, None
             while step < total_steps:
