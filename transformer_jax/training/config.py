@@ -25,6 +25,7 @@ from transformer_jax.data.config import check_data_devices, check_data_values, d
 from transformer_jax.decoding.defaults import DEFAULTS as DECODING
 from transformer_jax.nn import ModelConfig
 from transformer_jax.ops.matmul import GRADIENTS
+from transformer_jax.training import precompile
 from transformer_jax.training.optimizer import OPTIMIZERS, SCHEDULES
 from transformer_jax.training.parallel import PARALLELISMS
 from transformer_jax.workdir.config_renames import upgrade_config
@@ -181,7 +182,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
     _check_choice("optimizer", config.optimizer, OPTIMIZERS)
     _check_choice("schedule", config.schedule, SCHEDULES)
     _check_choice("gradients", config.gradients, ("auto", *GRADIENTS))
-    _check_choice("precompile", config.precompile, ("auto", "background", "off"))
+    _check_choice("precompile", config.precompile, precompile.CHOICES)
     for key in _POSITIVE_INTS:
         _check_int(key, config[key], minimum=1)
     for key in _NON_NEGATIVE_INTS:

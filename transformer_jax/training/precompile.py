@@ -116,7 +116,7 @@ def start(
         method = getattr(evaluator, "compile_ahead", None)
         if method is not None:
             tasks.append(("decode", "eval", lambda m=method: m(host_params)))
-    if run.evaluators or jax.process_index() == 0:
+    if jax.process_index() == 0:  # the launcher's decoding after training is process 0's
         for fn in compile_ahead:
             tasks.append(("decode", "after", lambda f=fn: f(run.context, host_params)))
     return Background(tasks)
