@@ -29,7 +29,10 @@ compile and each round, so a job cut off from outside still leaves what it measu
 With --trace_dir, the first of ours timed is then traced for --trace_steps more steps
 (`jax.profiler`, no compile: its program is already built), and the report gets
 `benchmarks.profile_step`'s table of where a step's device time goes ("profile"), with the
-Perfetto trace copied to --trace_copy: on a GPU, the kernels behind the MFU row.
+Perfetto trace copied to --trace_copy: on a GPU, the kernels behind the MFU row. The
+fastest torch implementation measured is then profiled the same way (`torch.profiler`,
+"profile_torch"). Both are summed by `kernel_groups`: matmul, fused attention and other
+kernels, and the MFU the step's matmul kernels alone would allow.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import common
-from benchmarks.accelerator import flax_wmt, jobs, sizes
+from benchmarks.accelerator import flax_wmt, jobs, kernel_groups, sizes
 from transformer_jax.runtime import configure_process
 from transformer_jax.training.config import validate_config
 
@@ -289,16 +292,26 @@ def main() -> None:
                 entry["mfu"] = flops / step_s / results["peak_flops"]
         jobs.write_partial(args.out, results)
     ours = [name for name in impls if name.startswith("ours (")]
+    peak = results.get("peak_flops")
     if args.trace_dir and ours:
         results["profile"] = "not measured: the trace was cut off"
         jobs.write_partial(args.out, results)
-        results["profile"] = profile(impls[ours[0]], ours[0], args)
+        results["profile"] = profile(impls[ours[0]], ours[0], args, flops, peak)
+        jobs.write_partial(args.out, results)
+    peers = [name for name in ("torch.compile", "torch eager") if name in impls]
+    if args.trace_dir and peers:  # the fastest peer's kernels, for the same table
+        results["profile_torch"] = "not measured: the torch profile was cut off"
+        jobs.write_partial(args.out, results)
+        results["profile_torch"] = profile_torch(impls[peers[0]], peers[0], args, flops, peak)
         jobs.write_partial(args.out, results)
     print(f"speed_worker: done in {elapsed():.0f} s", flush=True)
 
 
-def profile(impl: Impl, name: str, args: argparse.Namespace, top: int = 25) -> dict | str:
-    """`benchmarks.profile_step`'s op table of `--trace_steps` traced calls of `impl`."""
+def profile(
+    impl: Impl, name: str, args: argparse.Namespace, flops: float, peak: float | None
+) -> dict | str:
+    """`benchmarks.profile_step`'s op table of `--trace_steps` traced calls of `impl`, in
+    `kernel_groups`' summary (matmul time, the MFU the matmuls alone allow)."""
     from benchmarks import profile_step
 
     trace_dir = Path(args.trace_dir)
@@ -315,8 +328,23 @@ def profile(impl: Impl, name: str, args: argparse.Namespace, top: int = 25) -> d
     return {
         "impl": name,
         "op_ms_per_step": round(sum(ms for _, ms, _ in rows), 3),
-        "top": [[kind, round(ms, 3), n] for kind, ms, n in rows[:top]],
+        **kernel_groups.summary(rows, flops=flops, peak=peak),
         "trace": args.trace_copy or str(trace_dir),
+    }
+
+
+def profile_torch(
+    impl: Impl, name: str, args: argparse.Namespace, flops: float, peak: float | None
+) -> dict | str:
+    """The same summary for a torch implementation, from `torch.profiler`'s kernels."""
+    try:
+        rows = kernel_groups.torch_rows(impl.call, args.trace_steps)
+    except Exception as error:  # noqa: BLE001 (a profiler missing here is a result)
+        return _error(error)
+    return {
+        "impl": name,
+        "op_ms_per_step": round(sum(ms for _, ms, _ in rows), 3),
+        **kernel_groups.summary(rows, flops=flops, peak=peak),
     }
 
 

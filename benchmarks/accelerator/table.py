@@ -118,18 +118,30 @@ def speed_rows(stage: dict) -> list[Row]:
                 )
                 rows.append(("speed", what, timing, target))
         rows += _ratio_rows(size["name"], result["impls"])
-        if "profile" in result:
-            rows.append(_profile_row(size["name"], result["profile"]))
+        for key in ("profile", "profile_torch"):  # ours' trace, then the fastest torch's
+            if key in result:
+                rows += _profile_rows(size["name"], result[key])
     return rows
 
 
-def _profile_row(label: str, profile: dict | str) -> Row:
-    """Where ours spends a step (the speed worker's trace): the top op kinds."""
+def _profile_rows(label: str, profile: dict | str) -> list[Row]:
+    """Where an implementation spends a step (the speed worker's traces): the top kernels
+    or op kinds, then the matmul time and the MFU the matmuls alone allow."""
     if _why(profile):
-        return ("speed", f"{label}: where ours' step goes", profile, "")
-    top = ", ".join(f"{kind} {ms:.2f} ms ({n})" for kind, ms, n in profile["top"][:6])
+        return [("speed", f"{label}: where a step goes", profile, "")]
+    top = ", ".join(f"{kind} {ms:.2f} ms ({n})" for kind, ms, n, *_ in profile["top"][:6])
     what = f"{label}: where {profile['impl']}'s step goes (ms a step, calls)"
-    return ("speed", what, f"ops {profile['op_ms_per_step']:.1f} ms: {top}", "")
+    rows = [("speed", what, f"ops {profile['op_ms_per_step']:.1f} ms: {top}", "")]
+    if "ms_per_step" in profile:
+        ms, bound = profile["ms_per_step"], profile["mfu_if_only_matmuls"]
+        result = (
+            f"matmul {ms['matmul']:.1f} ms, fused attention {ms['attention']:.1f}, other "
+            f"{ms['other']:.1f}; MFU if only the matmul kernels took time: "
+            + ("n/a" if bound is None else f"{100 * bound:.1f} %")
+        )
+        what = f"{label}: {profile['impl']}'s step by kernel kind"
+        rows.append(("speed", what, result, f"MFU >= {100 * TARGET_MFU:.0f} % possible?"))
+    return rows
 
 
 def _ratio_rows(label: str, impls: dict) -> list[Row]:
