@@ -9,6 +9,7 @@ import types
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -91,22 +92,51 @@ def test_an_early_stop_waits_for_the_task_in_flight_only():
     assert ran == ["slow"]
 
 
-def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
-    """`_compile_eval_step` lowers for the replicated parameters' shapes and shardings and a
-    validation batch: the loop's own call then compiles nothing."""
+def _fake_run(precompile_value: str):
+    """A run with a pmap'ed eval step of (params, batch) and one validation batch."""
     parallel = DataParallel.create("pmap")
 
     def eval_fn(params, batch, axis_name):  # (params, batch) -> sums, as the built eval step
         return {"sum": jax.lax.psum(jnp.sum(batch["x"] @ params["w"]), axis_name)}
 
-    eval_step = parallel.map_eval_step(eval_fn)
-    params = {"w": np.full((3, 2), 0.5, np.float32)}
-    device_params = parallel.put_replicated(params)
     batch = {"x": np.ones((4, 3), np.float32), "index": np.arange(4)}
-    run = types.SimpleNamespace(
-        built=types.SimpleNamespace(parallel=parallel, eval_step=eval_step),
+    return types.SimpleNamespace(
+        config=ml_collections.ConfigDict({"precompile": precompile_value}),
+        built=types.SimpleNamespace(parallel=parallel, eval_step=parallel.map_eval_step(eval_fn)),
         pipeline=types.SimpleNamespace(eval_batches=lambda split: iter([batch])),
+        evaluators=[],
+        context="the run's EvalContext",
     )
+
+
+def test_ahead_starts_once_after_the_first_train_call_and_never_when_off():
+    host = {"w": np.full((3, 2), 0.5, np.float32)}
+    seen = []
+    run = _fake_run("background")
+    device_params = run.built.parallel.put_replicated(host)
+    ahead = precompile.Ahead(run, host, [lambda context, params: seen.append((context, params))])
+    ahead.wait_for_eval()  # nothing started: returns at once
+    ahead.start(device_params)  # after the first train call
+    thread = ahead._thread
+    ahead.start(device_params)  # after the later ones: nothing
+    assert ahead._thread is thread is not None
+    ahead.close()
+    assert seen == [("the run's EvalContext", host)]
+    assert thread.failures == []
+
+    off = precompile.Ahead(_fake_run("auto"), host, [lambda *a: seen.append(a)])  # CPU: off
+    off.start(device_params)
+    off.wait_for_eval()
+    off.close()
+    assert off._thread is None and len(seen) == 1
+
+
+def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
+    """`_compile_eval_step` lowers for the replicated parameters' shapes and shardings and a
+    validation batch: the loop's own call then compiles nothing."""
+    run = _fake_run("background")
+    parallel, eval_step = run.built.parallel, run.built.eval_step
+    device_params = parallel.put_replicated({"w": np.full((3, 2), 0.5, np.float32)})
     shapes = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
     )
@@ -114,6 +144,6 @@ def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
         precompile._compile_eval_step(run, shapes)
     assert len(ahead_log.programs) >= 1
     with compile_log.recording() as later:
-        out = eval_step(device_params, parallel.put_batch({"x": batch["x"]}))
+        out = eval_step(device_params, parallel.put_batch({"x": np.ones((4, 3), np.float32)}))
     assert later.programs == [], [p.name for p in later.programs]
     np.testing.assert_allclose(parallel.get_replicated(out)["sum"], 12.0)

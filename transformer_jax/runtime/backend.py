@@ -16,12 +16,10 @@ so each knob's "auto" resolves here, by platform, to the value measured to help 
                                                        on the device
     threefry_lowering     "unrolled"     (JAX's own)   only XLA:CPU has a rolled lowering
     precompile            "off"          "background"  the eval and decoding programs
-                                                       compiled in a thread while the train
-                                                       step compiles and runs: a GPU host's
-                                                       spare cores. On 2 CPU cores a wash
-                                                       (300-step README run, in turns: 89.0
-                                                       / 91.2 s against 86.7 / 94.4 s off):
-                                                       the compiles share the cores
+                                                       compiled in a thread while the run
+                                                       trains: a GPU host's spare cores.
+                                                       On 2 CPU cores the compiles share
+                                                       the cores with the step (LOG.md)
 
 `host_memory` must be fixed before JAX starts its backend, so `expected_platform` answers
 without starting one: the backend in use if one is running, else `JAX_PLATFORMS` /

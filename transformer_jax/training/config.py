@@ -65,7 +65,7 @@ def training_defaults() -> ml_collections.ConfigDict:
     # exactly where configured (a call is cut short at those boundaries).
     c.steps_per_call = 1
     # "background": compile the eval step and the evaluators' and closing report's decoding
-    # programs in a thread at the start, while the train step compiles and runs (an
+    # programs in a thread once the train step is compiled, while the run trains (an
     # accelerator's first run spends most of its time compiling); "off": each when first
     # used; "auto" = "background" on GPU/TPU, "off" on CPU (runtime/backend.py).
     c.precompile = "auto"

@@ -12,8 +12,8 @@ TensorBoard, the eval log line, the final validation dict), strings are text sum
 An evaluator may also have a `compile_ahead(params)` method that compiles the programs its
 calls will run without running them (`decoding.compile_only`), and a launcher may pass
 `compile_ahead` functions of its own (context, host params) for what it runs after training
-(the closing test report): with `precompile` "background" the loop runs them in a thread at
-the start, while the train step compiles and runs (`training.precompile`).
+(the closing test report): with `precompile` "background" the loop runs them in a thread
+once the train step is compiled, while the run trains (`training.precompile`).
 
 The loop knows nothing of what an evaluator does, so `training/` imports neither
 `inference/` nor `evaluation/`: a launcher chooses the evaluators (experiments/train.py,

@@ -1,16 +1,19 @@
 """A run's eval and decoding programs, compiled in a background thread while it trains.
 
-    ahead = precompile.start(run, device_state.params, host_params, compile_ahead)
-    ...                      # the train step compiles and runs meanwhile
-    ahead.wait_for_eval()    # before the first evaluation: its programs are ready
+    ahead = precompile.Ahead(run, host_params, compile_ahead)
+    ...train call...         # the first compiles the train step
+    ahead.start(device_state.params)   # after each train call; the first starts the thread
+    ahead.wait_for_eval()    # before an evaluation: its programs are ready
     ahead.close()            # after the loop: the closing report's programs are ready
 
 An accelerator's first run of a config spends most of its time compiling (the README run on
 an H200: 65 s of its 99; train step 21.5 s, eval 7.5, decoding 22.1), and without this the
 loop waits for each program when it is first used: the eval step at the first evaluation,
 the decoders at the first BLEU and again in the closing test report. With `precompile`
-"background" they are compiled in a thread started before the first train step: XLA
-compiles outside Python's GIL, on host cores the training loop leaves idle. Each program is
+"background" they are compiled in a thread started as soon as the train step is compiled
+(not before: XLA:GPU's autotuning times candidate kernels on the device, and the train
+step's choice should not be timed beside other work), while the run trains: XLA compiles
+outside Python's GIL, on host cores the training loop leaves idle. Each program is
 compiled for the very shapes and shardings its later call passes (the eval step for the
 replicated parameters and a validation batch; the decoders by the evaluators' and the
 report's own translation calls in `decoding.compile_only` mode), so that call finds it in the
@@ -80,6 +83,7 @@ class Background:
                     )
         finally:
             self._eval_done.set()
+            self._tasks = []  # nor their parameters, once done
 
     def wait_for_eval(self) -> None:
         """Returns once the eval step and the evaluators' programs are compiled (or failed)."""
@@ -92,22 +96,54 @@ class Background:
         self._thread.join()
 
 
-def start(
+class Ahead:
+    """A run's warm-up, started once the train step is compiled (`start` after each train
+    call: the first starts the thread, later ones do nothing). Then the train step's compile,
+    whose XLA:GPU autotuning times kernels on the device, has the device to itself, and the
+    eval and decoding programs compile while it trains. Does nothing when `precompile`
+    resolves to "off", or when the run never trains a step (its evaluation compiles inline).
+    """
+
+    def __init__(
+        self,
+        run: Any,
+        host_params: Any,
+        compile_ahead: Sequence[Callable[[Any, Any], None]] = (),
+    ):
+        on = resolve(run.config.precompile) == "background"
+        self._pending = (run, host_params, tuple(compile_ahead)) if on else None
+        self._thread: Background | None = None
+
+    def start(self, device_params: Any) -> None:
+        """Starts the thread the first time (module doc); `device_params`: the replicated
+        parameters the loop evaluates (only their shapes and shardings are read)."""
+        if self._pending is not None:
+            run, host_params, compile_ahead = self._pending
+            self._pending = None  # and the host parameters with it, once the tasks are done
+            self._thread = Background(_tasks(run, device_params, host_params, compile_ahead))
+
+    def wait_for_eval(self) -> None:
+        """Before an evaluation: its programs, if they are being compiled (`Background`)."""
+        if self._thread is not None:
+            self._thread.wait_for_eval()
+
+    def close(self, *, finish: bool = True) -> None:
+        """After the loop: waits for the thread (`Background.close`), if it started."""
+        self._pending = None
+        if self._thread is not None:
+            self._thread.close(finish=finish)
+
+
+def _tasks(
     run: Any,
     device_params: Any,
     host_params: Any,
-    compile_ahead: Sequence[Callable[[Any, Any], None]] = (),
-) -> Background | None:
-    """Starts compiling `run`'s eval step, its evaluators' programs (`compile_ahead(params)`
-    methods) and the launcher's `compile_ahead(context, params)` functions, in that order;
-    None when `run.config.precompile` resolves to "off".
-
-    device_params: the replicated parameters the loop evaluates (only their shapes and
-      shardings are read: the buffers are donated to the train step). host_params: the same
-      values on the host, for the decoders (placed on the devices as a translation would).
-    """
-    if resolve(run.config.precompile) != "background":
-        return None
+    compile_ahead: Sequence[Callable[[Any, Any], None]],
+) -> list[Task]:
+    """`run`'s eval step, its evaluators' programs (`compile_ahead(params)` methods) and the
+    launcher's `compile_ahead(context, params)` functions, in that order. host_params: the
+    parameters' values on the host, for the decoders (placed on the devices as a
+    translation would)."""
     shapes = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
     )
@@ -119,7 +155,7 @@ def start(
     if jax.process_index() == 0:  # the launcher's decoding after training is process 0's
         for fn in compile_ahead:
             tasks.append(("decode", "after", lambda f=fn: f(run.context, host_params)))
-    return Background(tasks)
+    return tasks
 
 
 def _compile_eval_step(run: Any, param_shapes: Any) -> None:

@@ -151,12 +151,11 @@ def train_and_evaluate(
         # ------------------------------------------------------------ train loop
         saves = SaveWatch(manager)  # a failed save stops the run, in one line
         stop = preemption.StopSignals.install()  # SIGTERM/SIGINT: save after this step, stop
-        ahead, finished = None, False
+        # The eval and decoding programs, compiled in a thread once the train step is
+        # compiled, while the run trains (`precompile`; nothing when it is "off").
+        ahead, finished = precompile.Ahead(run, host_params, compile_ahead), False
+        del host_params  # kept by `ahead` while it needs them
         try:
-            # The eval and decoding programs, compiled in a thread while the train step
-            # compiles and runs (None when `precompile` is "off").
-            ahead = precompile.start(run, device_state.params, host_params, compile_ahead)
-            del host_params  # the thread keeps them while it needs them
             progress, pending = Progress(total_steps, start_step), list[Pending]()
             summary, final = {}, None
             while step < total_steps:
@@ -164,6 +163,7 @@ def train_and_evaluate(
                 batches = [next(train_iter) for _ in range(n)]
                 with compile_log.kind("train step"):
                     device_state, metrics = _train_call(built, device_state, batches)
+                ahead.start(device_state.params)  # the first time: the step is compiled now
                 step += n
                 pending.append((step, n, metrics))  # stays on device: no host sync in the hot loop
                 saves.check(step)  # a save that failed (disk full) stops the run here
@@ -180,24 +180,20 @@ def train_and_evaluate(
                 if signalled:  # `saves.close()` below waits for the save before this is reported
                     raise preemption.Preempted(signalled, step)
                 if do_eval:
-                    if ahead:  # its programs are being compiled: wait, never compile twice
-                        ahead.wait_for_eval()
+                    ahead.wait_for_eval()  # its programs, if being compiled: never twice
                     final = evaluate(run, device_state.params, step)
                 if ended:
                     break
 
             # ------------------------------------------------------------ final evaluation
             if final is None:  # nothing left to train: the checkpoint was already at the last step
-                if ahead:
-                    ahead.wait_for_eval()
                 final, summary = _nothing_to_train(run, device_state.params, start_step)
             signalled = stop.requested(step, every=1)  # during the final evaluation
             if signalled:  # the last step is saved: the same command evaluates again
                 raise preemption.Preempted(signalled, step)
             finished = True
         finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
-            if ahead:  # stopped early: only the compile in flight is waited for
-                ahead.close(finish=finished)
+            ahead.close(finish=finished)  # stopped early: only the compile in flight
             stop.restore()
             train_iter.close()  # subword-sampling workers, if any
             saves.close()
