@@ -20,8 +20,8 @@ report's own translation calls in `decoding.compile_only` mode), so that call fi
 jitted function's cache (`runtime.compile_log` marks them `background`).
 
 "auto" is "background" on GPU/TPU and "off" on CPU (`runtime.backend.PRECOMPILE`): on 2 CPU
-cores it was a wash, the compiles sharing the cores the train step runs on (their seconds
-doubled), and the results are the same either way.
+cores the gain was within noise (benchmarks/LOG.md), the compiles sharing the cores the
+train step runs on (their seconds nearly doubled). The results are the same either way.
 
 A warm-up that fails is not the run's failure: one warning, and that program compiles when
 first used, as without the thread. The loop waits for the thread's eval part before its first
