@@ -143,7 +143,7 @@ def _train_and_report(training) -> None:
         ZipNotFoundError,
     )
     from transformer_jax.evaluation.evaluators import ValidationBleu
-    from transformer_jax.evaluation.report_ahead import test_report_programs
+    from transformer_jax.evaluation.report_ahead import compile_test_report
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.preemption import EXIT_CODE, Preempted
     from transformer_jax.workdir.checkpoint_saves import CheckpointSaveError
@@ -163,7 +163,7 @@ def _train_and_report(training) -> None:
             FLAGS.workdir,
             evaluators=[ValidationBleu],  # BLEU on validation pairs at each evaluation
             # The closing report's decoders, compiled during training (`precompile`).
-            compile_ahead=[test_report_programs] if _reports_here() else [],
+            compile_ahead=[compile_test_report] if _reports_here() else [],
             init_from=FLAGS.init_from or None,
             restart_from_scratch=FLAGS.restart_from_scratch,
         )

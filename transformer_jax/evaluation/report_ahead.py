@@ -1,7 +1,7 @@
 """The closing test report's decoding programs, compiled while the run trains.
 
     train_and_evaluate(config, workdir, evaluators=[ValidationBleu],
-                       compile_ahead=[test_report_programs])
+                       compile_ahead=[compile_test_report])
 
 A training launch ends with `report.test_report`: `eval.num_test_examples` evenly spaced test
 pairs translated with the run's decoding settings, then the first `SPEED_SENTENCES` again to
@@ -21,7 +21,7 @@ from transformer_jax.inference import Translator
 from transformer_jax.training.evaluators import EvalContext
 
 
-def test_report_programs(context: EvalContext, params: Any) -> None:
+def compile_test_report(context: EvalContext, params: Any) -> None:
     """Compiles the programs `report.test_report` decodes with (context: the run's; params:
     host parameters of the run's shapes), decoding nothing."""
     config = context.config
