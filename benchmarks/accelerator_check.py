@@ -14,6 +14,7 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
   data           the README run's data built in the default data directory (not part of
                  the run's time: its target assumes the data built)
   readme         the README run from a fresh workdir and a fresh compilation cache
+                 (`precompile` "auto": its eval and decoders compiled while it trains)
   readme_cached  the README run again, fresh workdir, the first launch's cache
   readme_inline  (when asked) the README run with `precompile=off`, its own fresh cache:
                  against "readme", whose eval and decoders compile in a background thread
@@ -22,7 +23,9 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
   speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with the
                  backend's gradients, torch eager, torch.compile, ours with the other
                  gradient rule, Flax WMT; tokens/s and MFU against the bfloat16 matmul peak
-                 measured in the same process; then ours traced: its step by op kind
+                 measured in the same process; then ours and the fastest torch
+                 profiled: their steps by kernel kind, and the MFU their matmul kernels
+                 alone would allow (`accelerator/kernel_groups.py`)
   gradients      the README model's step: custom_vjp against autodiff gradients, in turns
   tests          pytest on tests/test_{ops,nn,decoding}_*.py and test_transformations.py
   flags          (when asked) the README step (gradients "auto") compiled and timed in a
