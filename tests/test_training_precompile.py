@@ -4,6 +4,7 @@ for on its own, a failing task only logged, an early stop skipping what has not 
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import types
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from configs import fra_eng
+from tests.helpers import run_npz_worker
 from transformer_jax.runtime import compile_log
 from transformer_jax.training import precompile
 from transformer_jax.training.config import ConfigError, validate_config
@@ -92,9 +94,9 @@ def test_an_early_stop_waits_for_the_task_in_flight_only():
     assert ran == ["slow"]
 
 
-def _fake_run(precompile_value: str):
-    """A run with a pmap'ed eval step of (params, batch) and one validation batch."""
-    parallel = DataParallel.create("pmap")
+def _fake_run(precompile_value: str, parallelism: str = "pmap"):
+    """A run with a mapped eval step of (params, batch) and one validation batch."""
+    parallel = DataParallel.create(parallelism)
 
     def eval_fn(params, batch, axis_name):  # (params, batch) -> sums, as the built eval step
         return {"sum": jax.lax.psum(jnp.sum(batch["x"] @ params["w"]), axis_name)}
@@ -131,15 +133,14 @@ def test_ahead_starts_once_after_the_first_train_call_and_never_when_off():
     assert off._thread is None and len(seen) == 1
 
 
-def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
+@pytest.mark.parametrize("parallelism", ["pmap", "shard_map"])
+def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls(parallelism):
     """`_compile_eval_step` lowers for the replicated parameters' shapes and shardings and a
     validation batch: the loop's own call then compiles nothing."""
-    run = _fake_run("background")
+    run = _fake_run("background", parallelism)
     parallel, eval_step = run.built.parallel, run.built.eval_step
     device_params = parallel.put_replicated({"w": np.full((3, 2), 0.5, np.float32)})
-    shapes = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
-    )
+    shapes = precompile._param_shapes(device_params)
     with compile_log.recording() as ahead_log:
         precompile._compile_eval_step(run, shapes)
     assert len(ahead_log.programs) >= 1
@@ -147,3 +148,50 @@ def test_the_eval_step_compiled_ahead_is_the_one_the_loop_calls():
         out = eval_step(device_params, parallel.put_batch({"x": np.ones((4, 3), np.float32)}))
     assert later.programs == [], [p.name for p in later.programs]
     np.testing.assert_allclose(parallel.get_replicated(out)["sum"], 12.0)
+
+
+# On 2 devices, the real built steps: the parameters a train step returns, as `Ahead.start`
+# sees them, give the eval step compiled ahead that the loop's own call then reuses.
+TWO_DEVICE_WORKER = textwrap.dedent(
+    """
+    import sys, types
+    import numpy as np
+    from configs import model as model_configs
+    from transformer_jax.runtime import compile_log
+    from transformer_jax.training import build, precompile, training_defaults
+
+    def batch(rows=4, length=5, vocab=23):
+        rng = np.random.default_rng(0)
+        ids = rng.integers(4, vocab, (rows, length)).astype(np.int32)
+        return dict(src=ids, src_len=np.full((rows,), length, np.int32), tgt_in=ids,
+                    tgt_out=ids, tgt_weight=np.ones((rows, length), np.float32))
+
+    counts = []
+    for parallelism in ("pmap", "shard_map"):
+        config = training_defaults()
+        config.model = model_configs.get_config("tiny")
+        config.parallelism = parallelism
+        built = build(config, src_vocab_size=23, tgt_vocab_size=23)
+        parallel = built.parallel
+        state = parallel.put_replicated(built.init_state())
+        state, _ = built.train_step(state, parallel.put_batch(batch()))  # as the loop's call
+        run = types.SimpleNamespace(
+            built=built, pipeline=types.SimpleNamespace(eval_batches=lambda split: iter([batch()]))
+        )
+        shapes = precompile._param_shapes(state.params)
+        with compile_log.recording() as ahead:
+            precompile._compile_eval_step(run, shapes)
+        with compile_log.recording() as later:
+            built.eval_step(state.params, parallel.put_batch(batch()))
+        counts += [len(ahead.programs), len(later.programs)]
+    np.savez(sys.argv[1], counts=np.array(counts), devices=np.array(parallel.num_local_devices))
+    """
+)
+
+
+def test_on_two_devices_the_loops_eval_call_reuses_the_program_compiled_ahead(tmp_path):
+    out = run_npz_worker(TWO_DEVICE_WORKER, tmp_path, [], devices=2)
+    assert int(out["devices"]) == 2
+    ahead_pmap, later_pmap, ahead_shard, later_shard = out["counts"].tolist()
+    assert ahead_pmap >= 1 and ahead_shard >= 1
+    assert later_pmap == 0 and later_shard == 0, out["counts"]

@@ -144,9 +144,7 @@ def _tasks(
     launcher's `compile_ahead(context, params)` functions, in that order. host_params: the
     parameters' values on the host, for the decoders (placed on the devices as a
     translation would)."""
-    shapes = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
-    )
+    shapes = _param_shapes(device_params)
     tasks: list[Task] = [("eval", "eval", lambda: _compile_eval_step(run, shapes))]
     for evaluator in run.evaluators:  # process 0's (none elsewhere)
         method = getattr(evaluator, "compile_ahead", None)
@@ -156,6 +154,15 @@ def _tasks(
         for fn in compile_ahead:
             tasks.append(("decode", "after", lambda f=fn: f(run.context, host_params)))
     return tasks
+
+
+def _param_shapes(device_params: Any) -> Any:
+    """Each array's shape, dtype and sharding: what a later call's cache entry is keyed by
+    (lowered with bare shapes, the loop's call compiled the eval step again), without
+    holding its buffers, which the train step donates."""
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device_params
+    )
 
 
 def _compile_eval_step(run: Any, param_shapes: Any) -> None:
