@@ -23,7 +23,7 @@ The jobs, each a subprocess with its own time limit, in this order (most wanted 
   speed          `base` in bfloat16, 384 x 64 tokens a side, timed in turns: ours with the
                  backend's gradients, torch eager, torch.compile, ours with the other
                  gradient rule, Flax WMT; tokens/s and MFU against the bfloat16 matmul peak
-                 measured in the same process; then ours and the fastest torch
+                 measured in the same process; then ours and torch.compile
                  profiled: their steps by kernel kind, and the MFU their matmul kernels
                  alone would allow (`accelerator/kernel_groups.py`)
   gradients      the README model's step: custom_vjp against autodiff gradients, in turns

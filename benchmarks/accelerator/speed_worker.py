@@ -30,7 +30,7 @@ With --trace_dir, the first of ours timed is then traced for --trace_steps more 
 (`jax.profiler`, no compile: its program is already built), and the report gets
 `benchmarks.profile_step`'s table of where a step's device time goes ("profile"), with the
 Perfetto trace copied to --trace_copy: on a GPU, the kernels behind the MFU row. The
-fastest torch implementation measured is then profiled the same way (`torch.profiler`,
+torch.compile step (torch eager's without it) is then profiled the same way (`torch.profiler`,
 "profile_torch"). Both are summed by `kernel_groups`: matmul, fused attention and other
 kernels, and the MFU the step's matmul kernels alone would allow.
 """
@@ -299,7 +299,7 @@ def main() -> None:
         results["profile"] = profile(impls[ours[0]], ours[0], args, flops, peak)
         jobs.write_partial(args.out, results)
     peers = [name for name in ("torch.compile", "torch eager") if name in impls]
-    if args.trace_dir and peers:  # the fastest peer's kernels, for the same table
+    if args.trace_dir and peers:  # torch.compile's kernels (eager's without it)
         results["profile_torch"] = "not measured: the torch profile was cut off"
         jobs.write_partial(args.out, results)
         results["profile_torch"] = profile_torch(impls[peers[0]], peers[0], args, flops, peak)
@@ -325,12 +325,8 @@ def profile(
     if args.trace_copy:
         newest = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
         shutil.copyfile(newest, args.trace_copy)
-    return {
-        "impl": name,
-        "op_ms_per_step": round(sum(ms for _, ms, _ in rows), 3),
-        **kernel_groups.summary(rows, flops=flops, peak=peak),
-        "trace": args.trace_copy or str(trace_dir),
-    }
+    summary = {"impl": name, **kernel_groups.summary(rows, flops=flops, peak=peak)}
+    return {**summary, "trace": args.trace_copy or str(trace_dir)}
 
 
 def profile_torch(
@@ -341,11 +337,7 @@ def profile_torch(
         rows = kernel_groups.torch_rows(impl.call, args.trace_steps)
     except Exception as error:  # noqa: BLE001 (a profiler missing here is a result)
         return _error(error)
-    return {
-        "impl": name,
-        "op_ms_per_step": round(sum(ms for _, ms, _ in rows), 3),
-        **kernel_groups.summary(rows, flops=flops, peak=peak),
-    }
+    return {"impl": name, **kernel_groups.summary(rows, flops=flops, peak=peak)}
 
 
 if __name__ == "__main__":

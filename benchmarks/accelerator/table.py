@@ -131,7 +131,7 @@ def _profile_rows(label: str, profile: dict | str) -> list[Row]:
         return [("speed", f"{label}: where a step goes", profile, "")]
     top = ", ".join(f"{kind} {ms:.2f} ms ({n})" for kind, ms, n, *_ in profile["top"][:6])
     what = f"{label}: where {profile['impl']}'s step goes (ms a step, calls)"
-    rows = [("speed", what, f"ops {profile['op_ms_per_step']:.1f} ms: {top}", "")]
+    rows = [("speed", what, f"ops {profile['total_ms']:.1f} ms: {top}", "")]
     if "ms_per_step" in profile:
         ms, bound = profile["ms_per_step"], profile["mfu_if_only_matmuls"]
         result = (

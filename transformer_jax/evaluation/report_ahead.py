@@ -4,8 +4,8 @@
                        compile_ahead=[compile_test_report])
 
 A training launch ends with `report.test_report`: `eval.num_test_examples` evenly spaced test
-pairs translated with the run's decoding settings, then the first `SPEED_SENTENCES` again to
-time the steady state. This makes the same two translation calls with the decoders switched
+pairs translated with the run's decoding settings, then a few again (`report.speed_sources`)
+to time the steady state. This makes the same two translation calls with the decoders switched
 to compiling (`decoding.compile_only`), so that with `precompile` "background"
 (`training.precompile`) the report finds its programs compiled.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from transformer_jax.data import spread_subset
 from transformer_jax.decoding import compile_only
-from transformer_jax.evaluation.report import SPEED_SENTENCES, decode_sentences
+from transformer_jax.evaluation.report import decode_sentences, speed_sources
 from transformer_jax.inference import Translator
 from transformer_jax.training.evaluators import EvalContext
 
@@ -34,5 +34,5 @@ def compile_test_report(context: EvalContext, params: Any) -> None:
     )
     with compile_only.compiling():
         # `report.evaluate_translator`'s two calls: every pair, then the timed few.
-        for part in (sources, sources[:SPEED_SENTENCES]):
+        for part in (sources, speed_sources(sources)):
             decode_sentences(translator, part, **translator.settings)
