@@ -72,6 +72,12 @@ flags.DEFINE_list(
     "greedy requests come to a beam-4 server: unwarmed, each new batch shape compiles on first "
     "use (seconds); each adds about the default's warm-up time.",
 )
+flags.DEFINE_integer(
+    "warm_up_threads",
+    0,
+    "Decoding programs the warm-up compiles at once (0: one per host core, at most 8; 1: one "
+    "after another).",
+)
 flags.DEFINE_bool("access_log", False, "Log one line per request (uvicorn's access log).")
 
 
@@ -176,7 +182,14 @@ def _engine():
             f"1 to --max_beam_size, comma-separated ({error})."
         )
     try:
-        return JaxEngine(translator, text=FLAGS.text, warm_up_beam_sizes=beams, **values)
+        threads = FLAGS.warm_up_threads or None  # 0: the default
+        return JaxEngine(
+            translator,
+            text=FLAGS.text,
+            warm_up_beam_sizes=beams,
+            warm_up_threads=threads,
+            **values,
+        )
     except ValueError as error:
         launch.fatal(str(error))
 

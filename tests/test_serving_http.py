@@ -313,31 +313,6 @@ def test_merged_sampling_requests_each_sample_as_alone(translator):
         server.stop()
 
 
-def test_the_warm_up_compiles_the_extra_beam_sizes_it_is_given(translator):
-    """After warm_up with warm_up_beam_sizes=(1,), greedy batches of every row count compile
-    nothing; without it, the first greedy batch compiles."""
-    from transformer_jax.runtime import compile_log
-
-    # Each engine's alpha is its own: no other test compiled its programs (alpha is static).
-    lines = ["go .", "i lost .", "he is calm !"]
-    cold = JaxEngine(translator, text="data", beam_size=2, alpha=0.31, batch_size=4)
-    cold.warm_up(max_sentences=4)
-    with compile_log.recording() as log:
-        cold.translate(lines, cold.options({"beam_size": 1}))
-    assert log.programs  # unwarmed greedy compiles: the check below can fail
-    warm = JaxEngine(
-        translator, text="data", beam_size=2, alpha=0.37, batch_size=4, warm_up_beam_sizes=[1]
-    )
-    assert [(o.beam_size, o.alpha) for o in warm.warm_up_options] == [(2, 0.37), (1, 0.37)]
-    warm.warm_up(max_sentences=4)
-    with compile_log.recording() as log:
-        for count in (1, 2, 3, 4):
-            warm.translate(lines[:count] or lines, warm.options({"beam_size": 1}))
-    assert not log.programs, [p.name for p in log.programs]
-    with pytest.raises(ValueError, match="whole numbers >= 1"):
-        JaxEngine(translator, warm_up_beam_sizes=[0])
-
-
 def test_the_engine_options_start_from_the_servers_defaults(translator):
     engine = JaxEngine(translator, beam_size=3, alpha=0.2, max_decode_len=6)
     assert engine.default_options == DecodeOptions(beam_size=3, alpha=0.2)

@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,8 +78,10 @@ def create_app(
     def start() -> None:
         try:
             if warm_up:
+                began = time.perf_counter()
                 batches = engine.warm_up(max_sentences)
-                logger.info("warm-up: %d batches decoded", batches)
+                seconds = time.perf_counter() - began
+                logger.info("warm-up: %d batches compiled and decoded in %.1f s", batches, seconds)
             state.batcher = Batcher(
                 engine.translate, window_s=window_s, max_sentences=max_sentences, adaptive=adaptive
             )

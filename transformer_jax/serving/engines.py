@@ -25,16 +25,21 @@ CPU, `decoding.batch_decode`), so a server compiles before it answers `/health` 
 every row count a merged batch of up to `max_sentences` lines pads to (`row_counts`: 1, 2,
 4, 8, then multiples of 8 up to the decode batch size) at every program width of sources
 up to the run's training length (16 and 64 for fra_eng), for the default options. Requests
-with other options compile their own programs on first use.
+with other options compile their own programs on first use. The programs compile
+`warm_up_threads` at a time (`decoding.compile_only.compile_concurrently`; default one per
+host core, at most 8), then each batch is decoded once for real, which compiles nothing more
+and shows that every program runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transformer_jax.decoding import compile_only
 from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR, call_rows
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
@@ -63,17 +68,27 @@ class JaxEngine:
         *,
         text: str = "natural",
         warm_up_beam_sizes: Sequence[int] = (),
+        warm_up_threads: int | None = None,
         **defaults: Any,
     ):
         """`defaults`: decoding settings that replace the run's (None: the run's), e.g. the
         server's --beam_size; `DecodeOptions` fields and `Translator` settings alike.
         `warm_up_beam_sizes`: beam sizes whose programs `warm_up` compiles besides the
-        default options' (e.g. 1 for greedy requests on a beam-4 server)."""
+        default options' (e.g. 1 for greedy requests on a beam-4 server).
+        `warm_up_threads`: programs `warm_up` compiles at once (None: one per host core, at
+        most 8; 1: one after another, as each batch is decoded)."""
         check_format("plain", text)
         if any(not isinstance(b, int) or b < 1 for b in warm_up_beam_sizes):
             raise ValueError(
                 f"warm-up beam sizes must be whole numbers >= 1: {warm_up_beam_sizes}."
             )
+        if warm_up_threads is None:
+            warm_up_threads = compile_only.default_threads()
+        if not isinstance(warm_up_threads, int) or warm_up_threads < 1:
+            raise ValueError(
+                f"warm-up threads must be a whole number >= 1, got {warm_up_threads!r}."
+            )
+        self.warm_up_threads = warm_up_threads
         given = {k: v for k, v in defaults.items() if v is not None}
         names = DecodeOptions.field_names()
         settings = {**translator.settings, **{k: v for k, v in given.items() if k not in names}}
@@ -116,18 +131,23 @@ class JaxEngine:
 
     def warm_up(self, max_sentences: int) -> int:
         """Compiles the programs of batches of up to `max_sentences` lines with the default
-        options and the `warm_up_beam_sizes` (module docstring); returns the number of
-        batches decoded."""
+        options and the `warm_up_beam_sizes`, `warm_up_threads` at a time, then decodes each
+        batch once (module docstring); returns the number of batches decoded."""
         batch_size = self.translator.settings["batch_size"]
         counts = row_counts(min(max_sentences, batch_size))
-        done = 0
-        sentences = self._warm_up_sentences()  # the same for every option set
-        for options in self.warm_up_options:
-            for sentence in sentences:
-                for count in counts:
-                    self.translate([sentence] * count, options)
-                    done += 1
-        return done
+        sentences = self._warm_up_sentences()  # the same for every option set, widths rising
+        # The most rows and the widest sources first: the longest compiles start first.
+        batches = [
+            functools.partial(self.translate, [sentence] * count, options)
+            for count in reversed(counts)
+            for sentence in reversed(sentences)
+            for options in self.warm_up_options
+        ]
+        if self.warm_up_threads > 1 and len(batches) > 1:
+            compile_only.compile_concurrently(batches, self.warm_up_threads)
+        for batch in batches:  # for real: each program runs (compiled above, or now)
+            batch()
+        return len(batches)
 
     def _warm_up_sentences(self) -> list[str]:
         """One sentence per program width up to the trained length: the first alphabetic

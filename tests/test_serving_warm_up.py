@@ -1,0 +1,130 @@
+"""The server's warm-up (`serving.engines.JaxEngine.warm_up`): every batch shape's program
+compiled, several at once in worker threads (`decoding.compile_only.compile_concurrently`),
+then each batch decoded once for real, after which serving compiles nothing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from transformer_jax.data.vocab import SPECIAL_TOKENS
+from transformer_jax.data.word_tokenizer import WordTokenizer
+from transformer_jax.decoding import compile_only
+from transformer_jax.inference import Translator
+from transformer_jax.runtime import compile_log
+from transformer_jax.serving.engines import JaxEngine, row_counts
+from transformer_jax.testing import random_params, tiny_config
+
+WORDS = "go i lost he is calm home . ! va j'ai perdu il est calme chez moi".split()
+
+
+@pytest.fixture(scope="module")
+def translator():
+    tokenizer = WordTokenizer([*SPECIAL_TOKENS, *WORDS])
+    cfg = tiny_config(tokenizer.vocab_size, tokenizer.vocab_size, max_len=32)
+    return Translator.from_params(
+        cfg, random_params(cfg, seed=4), tokenizer, tokenizer, max_decode_len=8
+    )
+
+
+def _spied(engine: JaxEngine) -> list[tuple[str, bool, int, int]]:
+    """Records each `engine.translate` call: (thread, compiling?, lines, words a line)."""
+    calls, real = [], engine.translate
+
+    def spy(lines, options, line_ids=None):
+        thread = threading.current_thread().name
+        calls.append((thread, compile_only.active(), len(lines), len(lines[0].split())))
+        return real(lines, options, line_ids)
+
+    engine.translate = spy
+    return calls
+
+
+def test_programs_compile_in_worker_threads_then_each_batch_decodes_once(translator):
+    # Its own alpha (a static argument): no other test compiled these programs.
+    engine = JaxEngine(
+        translator, text="data", beam_size=2, alpha=0.23, batch_size=4, trained_len=40,
+        warm_up_threads=3,
+    )  # fmt: skip
+    calls = _spied(engine)
+    with compile_log.recording() as log:
+        batches = engine.warm_up(max_sentences=4)
+    # Row counts 1, 2, 4 at two program widths (sources up to 16 and up to 32 tokens).
+    assert row_counts(4) == [1, 2, 4] and batches == 6 and len(calls) == 12
+    compiled, decoded = calls[:6], calls[6:]
+    assert all(active and thread.startswith("compile") for thread, active, _, _ in compiled)
+    assert len({thread for thread, _, _, _ in compiled}) >= 2  # several at once
+    here = threading.current_thread().name
+    assert all(thread == here and not active for thread, active, _, _ in decoded)
+    shapes = {(n, words) for _, _, n, words in compiled}
+    assert shapes == {(n, words) for _, _, n, words in decoded} and len(shapes) == 6
+    assert [n for _, _, n, _ in compiled] == [4, 4, 2, 2, 1, 1]  # the largest first
+    assert log.programs and all(p.background for p in log.programs), [
+        (p.name, p.background) for p in log.programs
+    ]  # none compiled again when decoded for real
+
+    with compile_log.recording() as again:
+        for count in (1, 2, 3, 4):
+            for line in ("go home .", " ".join(["calm"] * 20)):
+                engine.translate([line] * count, engine.default_options)
+    assert again.programs == [], [p.name for p in again.programs]
+
+
+def test_one_thread_compiles_each_program_as_its_batch_decodes(translator):
+    engine = JaxEngine(translator, text="data", beam_size=2, alpha=0.29, warm_up_threads=1)
+    calls = _spied(engine)
+    assert engine.warm_up(max_sentences=2) == len(calls) == 2  # rows 2 and 1, one width
+    here = threading.current_thread().name
+    assert all(thread == here and not active for thread, active, _, _ in calls)
+
+
+def test_the_warm_up_compiles_the_extra_beam_sizes_it_is_given(translator):
+    """After warm_up with warm_up_beam_sizes=(1,), greedy batches of every row count compile
+    nothing; without it, the first greedy batch compiles."""
+    # Each engine's alpha is its own: no other test compiled its programs (alpha is static).
+    lines = ["go .", "i lost .", "he is calm !"]
+    cold = JaxEngine(translator, text="data", beam_size=2, alpha=0.31, batch_size=4)
+    cold.warm_up(max_sentences=4)
+    with compile_log.recording() as log:
+        cold.translate(lines, cold.options({"beam_size": 1}))
+    assert log.programs  # unwarmed greedy compiles: the check below can fail
+    warm = JaxEngine(
+        translator, text="data", beam_size=2, alpha=0.37, batch_size=4, warm_up_beam_sizes=[1]
+    )
+    assert [(o.beam_size, o.alpha) for o in warm.warm_up_options] == [(2, 0.37), (1, 0.37)]
+    warm.warm_up(max_sentences=4)
+    with compile_log.recording() as log:
+        for count in (1, 2, 3, 4):
+            warm.translate(lines[:count] or lines, warm.options({"beam_size": 1}))
+    assert not log.programs, [p.name for p in log.programs]
+    with pytest.raises(ValueError, match="whole numbers >= 1"):
+        JaxEngine(translator, warm_up_beam_sizes=[0])
+
+
+def test_warm_up_threads_default_to_the_cores_and_must_be_whole_and_positive(translator):
+    assert JaxEngine(translator).warm_up_threads == compile_only.default_threads()
+    assert 1 <= compile_only.default_threads() <= compile_only.MAX_THREADS
+    for bad in (0, -2, 1.5):
+        with pytest.raises(ValueError, match="warm-up threads must be a whole number >= 1"):
+            JaxEngine(translator, warm_up_threads=bad)
+
+
+def test_compile_concurrently_counts_and_logs_failures_and_runs_the_rest(caplog):
+    seen = []
+
+    def ok(name):
+        return lambda: seen.append((name, compile_only.active()))
+
+    def broken():
+        raise RuntimeError("no such program")
+
+    with caplog.at_level(logging.WARNING):
+        failed = compile_only.compile_concurrently([ok("a"), broken, ok("b")], threads=2)
+    assert failed == 1
+    assert sorted(seen) == [("a", True), ("b", True)]  # each inside compiling()
+    assert "compiling ahead failed" in caplog.text and "no such program" in caplog.text
+    assert not compile_only.active()  # the caller's thread never switched
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        compile_only.compile_concurrently([ok("c")], threads=0)
