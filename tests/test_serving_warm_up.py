@@ -1,12 +1,15 @@
 """The server's warm-up (`serving.engines.JaxEngine.warm_up`): every batch shape's program
-compiled, several at once in worker threads (`decoding.compile_only.compile_concurrently`),
+compiled, several at once in worker threads (`decoding.compile_only.compiling(threads)`),
 then each batch decoded once for real, after which serving compiles nothing."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
+import jax
+import numpy as np
 import pytest
 
 from transformer_jax.data.vocab import SPECIAL_TOKENS
@@ -42,28 +45,38 @@ def _spied(engine: JaxEngine) -> list[tuple[str, bool, int, int]]:
     return calls
 
 
-def test_programs_compile_in_worker_threads_then_each_batch_decodes_once(translator):
+def test_programs_compile_in_worker_threads_then_each_batch_decodes_once(translator, monkeypatch):
     # Its own alpha (a static argument): no other test compiled these programs.
     engine = JaxEngine(
         translator, text="data", beam_size=2, alpha=0.23, batch_size=4, trained_len=40,
         warm_up_threads=3,
     )  # fmt: skip
     calls = _spied(engine)
+    compilers, compile_one = [], compile_only._compile
+
+    def spy(traced, handed):
+        compilers.append(threading.current_thread().name)
+        time.sleep(0.2)  # the others are handed over meanwhile: several threads take them
+        return compile_one(traced, handed)
+
+    monkeypatch.setattr(compile_only, "_compile", spy)
     with compile_log.recording() as log:
         batches = engine.warm_up(max_sentences=4)
     # Row counts 1, 2, 4 at two program widths (sources up to 16 and up to 32 tokens).
     assert row_counts(4) == [1, 2, 4] and batches == 6 and len(calls) == 12
     compiled, decoded = calls[:6], calls[6:]
-    assert all(active and thread.startswith("compile") for thread, active, _, _ in compiled)
-    assert len({thread for thread, _, _, _ in compiled}) >= 2  # several at once
     here = threading.current_thread().name
+    assert all(thread == here and active for thread, active, _, _ in compiled)
     assert all(thread == here and not active for thread, active, _, _ in decoded)
     shapes = {(n, words) for _, _, n, words in compiled}
     assert shapes == {(n, words) for _, _, n, words in decoded} and len(shapes) == 6
     assert [n for _, _, n, _ in compiled] == [4, 4, 2, 2, 1, 1]  # the largest first
-    assert log.programs and all(p.background for p in log.programs), [
-        (p.name, p.background) for p in log.programs
-    ]  # none compiled again when decoded for real
+    assert len(compilers) == 6 and all(name.startswith("compile") for name in compilers)
+    assert len(set(compilers)) >= 2  # several at once
+    decoders = [p for p in log.programs if p.background]
+    assert len(decoders) == 6, [(p.name, p.background) for p in log.programs]
+    # Their trace seconds went with them: the calling thread has nothing left unclaimed.
+    assert all(seconds == 0.0 for seconds in compile_log.hand_over().values())
 
     with compile_log.recording() as again:
         for count in (1, 2, 3, 4):
@@ -111,20 +124,33 @@ def test_warm_up_threads_default_to_the_cores_and_must_be_whole_and_positive(tra
             JaxEngine(translator, warm_up_threads=bad)
 
 
-def test_compile_concurrently_counts_and_logs_failures_and_runs_the_rest(caplog):
-    seen = []
+def test_a_failed_compile_is_one_warning_at_the_blocks_end_and_compiles_when_used(caplog):
+    fn = jax.jit(lambda x: x + 1)
+    broken = jax.jit(lambda x: x.reshape(7))  # fails when traced for 3 elements
+    with caplog.at_level(logging.WARNING), compile_only.compiling(threads=2) as session:
+        assert compile_only.call(fn, np.ones(3, np.float32)).tolist() == [0.0, 0.0, 0.0]
+        with pytest.raises(TypeError):  # traced here, in the calling thread: raised here
+            compile_only.call(broken, np.ones(3, np.float32))
+        with compile_only.compiling(threads=5) as inner:
+            assert inner is session  # a block inside another joins it
+        assert session.wait() == 0
+    assert not compile_only.active()
+    assert compile_only.call(fn, np.ones(3, np.float32)).tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="threads must be a whole number >= 1"):
+        with compile_only.compiling(threads=0):
+            pass
 
-    def ok(name):
-        return lambda: seen.append((name, compile_only.active()))
 
-    def broken():
-        raise RuntimeError("no such program")
+def test_a_compile_failing_in_a_worker_is_one_warning(caplog, monkeypatch):
+    def fail(traced, handed):
+        raise RuntimeError("out of host memory")
 
-    with caplog.at_level(logging.WARNING):
-        failed = compile_only.compile_concurrently([ok("a"), broken, ok("b")], threads=2)
-    assert failed == 1
-    assert sorted(seen) == [("a", True), ("b", True)]  # each inside compiling()
-    assert "compiling ahead failed" in caplog.text and "no such program" in caplog.text
-    assert not compile_only.active()  # the caller's thread never switched
-    with pytest.raises(ValueError, match="threads must be >= 1"):
-        compile_only.compile_concurrently([ok("c")], threads=0)
+    monkeypatch.setattr(compile_only, "_compile", fail)
+    fn = jax.jit(lambda x: x * 3)
+    with caplog.at_level(logging.WARNING), compile_only.compiling(threads=2) as session:
+        compile_only.call(fn, np.ones(2, np.float32))
+        compile_only.call(fn, np.ones(2, np.float32))  # the same program: handed over once
+        assert session.wait() == 1
+    assert caplog.text.count("compiling ahead failed") == 1
+    assert "out of host memory" in caplog.text
+    assert compile_only.call(fn, np.ones(2, np.float32)).tolist() == [3.0, 3.0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 import threading
+import time
 import types
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 from configs import fra_eng
 from tests.helpers import run_npz_worker
+from transformer_jax.decoding import compile_only
 from transformer_jax.runtime import compile_log
 from transformer_jax.training import precompile
 from transformer_jax.training.config import ConfigError, validate_config
@@ -92,6 +94,37 @@ def test_an_early_stop_waits_for_the_task_in_flight_only():
     threading.Timer(0.2, release.set).start()
     ahead.close(finish=False)
     assert ran == ["slow"]
+
+
+def test_with_workers_the_eval_parts_programs_are_compiled_before_wait_for_eval(monkeypatch):
+    """The eval part's decoders, handed to the worker threads, have compiled when
+    wait_for_eval returns; the after part's compile meanwhile."""
+    done, compile_one, release = [], compile_only._compile, threading.Event()
+
+    def slow(traced, handed):
+        time.sleep(0.3)
+        compile_one(traced, handed)
+        done.append(threading.current_thread().name)
+
+    monkeypatch.setattr(compile_only, "_compile", slow)
+    double = jax.jit(lambda x: x * 2)
+
+    def decode(n):  # a decoder call as an evaluator's `compile_ahead` makes it
+        return lambda: compile_only.call(double, np.ones(n, np.float32))
+
+    ahead = precompile.Background(
+        [("decode", "eval", decode(3)), ("decode", "eval", decode(5)),
+         ("decode", "after", lambda: release.wait(30)), ("decode", "after", decode(7))],
+        threads=2,
+    )  # fmt: skip
+    ahead.wait_for_eval()
+    assert len(done) == 2 and all(name.startswith("compile") for name in done)
+    release.set()
+    ahead.close()
+    assert len(done) == 3 and ahead.failures == []
+    with compile_log.recording() as log:
+        assert double(np.ones(7, np.float32)).tolist() == [2.0] * 7
+    assert log.programs == []  # compiled ahead, in a worker
 
 
 def _fake_run(precompile_value: str, parallelism: str = "pmap"):

@@ -3,22 +3,30 @@
     with compile_only.compiling():
         translator.translate(sentences)   # compiles each program the call needs; decodes nothing
 
+    with compile_only.compiling(threads=8):   # the same, up to 8 programs compiling at once
+        for batch in batches:
+            translator.translate(batch)       # returns at once; the block's end waits
+
 On an accelerator a decoding program costs seconds to compile (an H200 compiled the README
 report's two beam-search programs in 22 s) and milliseconds to run, and which programs a call
 needs (batch rows, program widths, devices) follows from its sentences (`batch_decode`). So
-the surest way to compile them ahead, in a background thread while training runs
-(`training.precompile`), is to make that very call with the decoders switched to compiling:
-inside `compiling()`, each jitted decoder (`model_decode.sharded_decoder`,
-`sharded_nbest_decoder`) lowers and compiles for its arguments, which fills the jitted
-function's own cache (a later call with the same shapes and shardings compiles nothing), and
-returns zeros of its output's shape instead of running: the caller's "translations" are
-empty. The switch is a context variable, so it holds in the thread that set it only: decoding
-in other threads (the training loop's evaluators) runs as usual.
+the surest way to compile them ahead (a server's warm-up; a training run's evaluation and
+report programs, in a background thread while it trains: `training.precompile`) is to make
+that very call with the decoders switched to compiling: inside `compiling()`, each jitted
+decoder (`model_decode.sharded_decoder`, `sharded_nbest_decoder`) traces, lowers and compiles
+for its arguments, which fills the jitted function's own cache (a later call with the same
+shapes and shardings compiles nothing), and returns zeros of its output's shape instead of
+running: the caller's "translations" are empty. A program already compiled in the block is
+not traced again. The switch is a context variable, so it holds in the thread that set it
+only: decoding in other threads (the training loop's evaluators) runs as usual.
 
-`compile_concurrently(calls, threads)` makes several such calls at once, each in a worker
-thread of its own under `compiling()`: XLA compiles outside Python's GIL, so the programs of
-a server's warm-up (one per batch shape) compile in parallel, one per host core, instead of one
-after another (benchmarks/README.md, "Server warm-up").
+With `threads` > 1 the decoder is traced in the calling thread (Python) and lowered and
+compiled in one of `threads` worker threads (XLA compiles outside the GIL), and the call
+returns at once: the programs of many calls compile in parallel, one per host core, instead of
+one after another (benchmarks/README.md, "Server warm-up"). The block's end waits for them
+(`Session.wait` waits earlier); a compile that fails there is one warning, and its program
+compiles when first used, which raises the error there if it is one. A `compiling()` inside
+another joins the outer block's session.
 """
 
 from __future__ import annotations
@@ -27,72 +35,136 @@ import concurrent.futures
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 from absl import logging
 
-# `compile_concurrently`'s threads when not given: one per host core, at most this many (each
-# compile holds its program's HLO and its compiler's working memory, GBs on a large model).
+from transformer_jax.runtime import compile_log
+
+# `compiling`'s threads when not given: one per host core, at most this many (each compile
+# holds its program's HLO and its compiler's working memory, GBs on a large model).
 MAX_THREADS = 8
 
-_COMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "decode_compile_only", default=False
+
+def default_threads() -> int:
+    """Worker threads for `compiling`: the host's cores, at most `MAX_THREADS`."""
+    return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+
+
+class Session:
+    """What one `compiling()` block shares: its worker threads (none: each program compiles
+    in the calling thread) and the programs compiled in it, by function and argument
+    signature (their output shapes, for the zeros)."""
+
+    def __init__(self, threads: int):
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a whole number >= 1, got {threads!r}.")
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compile")
+            if threads > 1
+            else None
+        )
+        self._futures: list[concurrent.futures.Future] = []
+        self._outputs: dict[Any, Any] = {}
+
+    def compile(self, fn: Any, args: tuple) -> Any:
+        """Compiles the jitted `fn` for `args` (once per block) -> host zeros shaped as its
+        output."""
+        key = (fn, _signature(args))
+        out_info = self._outputs.get(key)
+        if out_info is None:
+            traced = fn.trace(*args)
+            out_info = self._outputs[key] = traced.out_info
+            if self._pool is None:
+                traced.lower().compile()
+            else:
+                # The worker takes this thread's context (the program's compile_log kind)
+                # and its trace seconds (counted with the program's compile).
+                handed = compile_log.hand_over()
+                run = contextvars.copy_context().run
+                self._futures.append(self._pool.submit(run, _compile, traced, handed))
+        return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), out_info)
+
+    def wait(self) -> int:
+        """Waits for the compiles handed to the worker threads so far -> how many failed
+        (each one warning)."""
+        futures, self._futures = self._futures, []
+        failed = 0
+        for future in futures:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                failed += 1
+                logging.warning("compiling ahead failed (it compiles when first used): %r", error)
+        return failed
+
+    def cancel(self) -> None:
+        """Drops the compiles handed over that no worker has started."""
+        for future in self._futures:
+            future.cancel()
+
+    def close(self, *, cancel: bool = False) -> None:
+        """Waits for the workers (`cancel`: only for the compiles already running) and ends
+        them."""
+        if cancel:
+            self.cancel()
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+_SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "decode_compile_only", default=None
 )
 
 
 @contextlib.contextmanager
-def compiling() -> Iterator[None]:
-    """Within the block (this thread only), decoders compile and return zeros (module doc)."""
-    token = _COMPILING.set(True)
+def compiling(threads: int = 1) -> Iterator[Session]:
+    """Within the block (this thread only), decoders compile and return zeros, `threads`
+    programs at a time (module doc); inside another block, the outer block's session."""
+    outer = _SESSION.get()
+    if outer is not None:
+        yield outer
+        return
+    session = Session(threads)
+    token = _SESSION.set(session)
     try:
-        yield
+        yield session
+    except BaseException:
+        session.close(cancel=True)
+        raise
+    else:
+        session.close()
     finally:
-        _COMPILING.reset(token)
+        _SESSION.reset(token)
 
 
 def active() -> bool:
     """True inside `compiling()` in this thread."""
-    return _COMPILING.get()
+    return _SESSION.get() is not None
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)`, or inside `compiling()`: compile `fn` (a jitted function) for `args`
     and return host zeros shaped as its output (the same tree)."""
-    if not _COMPILING.get():
+    session = _SESSION.get()
+    if session is None:
         return fn(*args)
-    compiled = fn.lower(*args).compile()
-    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), compiled.out_info)
+    return session.compile(fn, args)
 
 
-def default_threads() -> int:
-    """Threads for `compile_concurrently`: the host's cores, at most `MAX_THREADS`."""
-    return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+def _compile(traced: Any, handed: Any) -> None:
+    compile_log.take_over(handed)
+    traced.lower().compile()
 
 
-def compile_concurrently(calls: Sequence[Callable[[], Any]], threads: int) -> int:
-    """Make each call inside `compiling()`, `threads` at a time (in the order given: longest
-    compiles first balance best) -> the number of calls that failed.
-
-    A failing call is one warning, not an error: its program is left to compile when the
-    call is made for real, which raises the error there if it is one. threads < 1 is a
-    ValueError.
-    """
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}.")
-
-    def compile_one(call: Callable[[], Any]) -> BaseException | None:
-        with compiling():  # a context variable: set in this worker thread itself
-            try:
-                call()
-            except Exception as error:  # reported below; the real call raises it again
-                return error
-        return None
-
-    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compile") as pool:
-        errors = [e for e in pool.map(compile_one, calls) if e is not None]
-    for error in errors:
-        logging.warning("compiling ahead failed (it compiles when first used): %r", error)
-    return len(errors)
+def _signature(args: tuple) -> tuple:
+    """What a jitted function's cache tells calls apart by: the tree, and each leaf's shape,
+    dtype and sharding (None for host values)."""
+    leaves, tree = jax.tree.flatten(args)
+    return tree, tuple(
+        (np.shape(x), str(getattr(x, "dtype", type(x))), getattr(x, "sharding", None))
+        for x in leaves
+    )

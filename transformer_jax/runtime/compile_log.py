@@ -175,6 +175,24 @@ def recording() -> Iterator[CompileLog]:
             monitoring.unregister_event_listener(_event_listener)
 
 
+def hand_over() -> dict[CompileLog, float]:
+    """This thread's trace and lowering seconds not yet claimed by a compile, taken from
+    every open recording, for the thread that will compile the program (`take_over`):
+    `decoding.compile_only` traces in one thread and compiles in another."""
+    thread = threading.get_ident()
+    with _lock:
+        return {log: log._pending.pop(thread, 0.0) for log in _active}
+
+
+def take_over(handed: dict[CompileLog, float]) -> None:
+    """Counts `hand_over`'s seconds with the next program this thread compiles."""
+    thread = threading.get_ident()
+    with _lock:
+        for log, seconds in handed.items():
+            if log in _active:
+                log._pending[thread] = log._pending.get(thread, 0.0) + seconds
+
+
 @contextlib.contextmanager
 def kind(name: str) -> Iterator[None]:
     """Programs compiled inside this block belong to `name` (e.g. "train step")."""

@@ -26,8 +26,8 @@ every row count a merged batch of up to `max_sentences` lines pads to (`row_coun
 4, 8, then multiples of 8 up to the decode batch size) at every program width of sources
 up to the run's training length (16 and 64 for fra_eng), for the default options. Requests
 with other options compile their own programs on first use. The programs compile
-`warm_up_threads` at a time (`decoding.compile_only.compile_concurrently`; default one per
-host core, at most 8), then each batch is decoded once for real, which compiles nothing more
+`warm_up_threads` at a time (`decoding.compile_only.compiling`; default one per host core,
+at most 8), then each batch is decoded once for real, which compiles nothing more
 and shows that every program runs.
 """
 
@@ -144,7 +144,9 @@ class JaxEngine:
             for options in self.warm_up_options
         ]
         if self.warm_up_threads > 1 and len(batches) > 1:
-            compile_only.compile_concurrently(batches, self.warm_up_threads)
+            with compile_only.compiling(threads=self.warm_up_threads):
+                for batch in batches:  # each returns once its programs are handed over
+                    batch()
         for batch in batches:  # for real: each program runs (compiled above, or now)
             batch()
         return len(batches)

@@ -17,7 +17,9 @@ outside Python's GIL, on host cores the training loop leaves idle. Each program 
 compiled for the very shapes and shardings its later call passes (the eval step for the
 replicated parameters and a validation batch; the decoders by the evaluators' and the
 report's own translation calls in `decoding.compile_only` mode), so that call finds it in the
-jitted function's cache (`runtime.compile_log` marks them `background`).
+jitted function's cache (`runtime.compile_log` marks them `background`). The decoders are
+traced in the thread and compiled in worker threads, one per host core up to 8
+(`compile_only.compiling(threads)`), in parallel with each other and with the eval step.
 
 "auto" is "background" on GPU/TPU and "off" on CPU (`runtime.backend.PRECOMPILE`): on 2 CPU
 cores the gain was within noise (benchmarks/LOG.md), the compiles sharing the cores the
@@ -39,6 +41,7 @@ from typing import Any
 import jax
 from absl import logging
 
+from transformer_jax.decoding import compile_only
 from transformer_jax.runtime import backend, compile_log
 
 CHOICES = ("auto", "background", "off")
@@ -55,10 +58,13 @@ def resolve(value: str, platform: str | None = None) -> str:
 
 
 class Background:
-    """The warm-up thread: runs its tasks in order, each under its compile_log kind."""
+    """The warm-up thread: runs its tasks in order, each under its compile_log kind. The
+    decoding programs they ask for compile in `threads` worker threads at once
+    (`decoding.compile_only.compiling`); the eval part's before `wait_for_eval` returns."""
 
-    def __init__(self, tasks: Sequence[Task]):
+    def __init__(self, tasks: Sequence[Task], threads: int = 1):
         self._tasks = list(tasks)
+        self._threads = threads
         self._eval_done = threading.Event()
         self._stop = threading.Event()
         self.failures: list[str] = []  # one line per task that raised
@@ -67,23 +73,30 @@ class Background:
 
     def _run(self) -> None:
         try:
-            for kind, part, task in self._tasks:
-                if part != "eval":
-                    self._eval_done.set()
+            with compile_only.compiling(threads=self._threads) as session:
+                for kind, part, task in self._tasks:
+                    if part != "eval" and not self._eval_done.is_set():
+                        session.wait()  # the eval part's programs, handed to the workers
+                        self._eval_done.set()
+                    if self._stop.is_set():
+                        break
+                    self._run_task(kind, task)
                 if self._stop.is_set():
-                    break
-                try:
-                    with compile_log.kind(kind):
-                        task()
-                except Exception as error:  # noqa: BLE001 - the program compiles when used
-                    line = f"{type(error).__name__}: {error}".splitlines()[0]
-                    self.failures.append(line)
-                    logging.warning(
-                        "Compiling %s ahead failed (%s); it compiles when first used.", kind, line
-                    )
+                    session.cancel()  # only the compiles in flight finish
         finally:
             self._eval_done.set()
             self._tasks = []  # nor their parameters, once done
+
+    def _run_task(self, kind: str, task: Callable[[], None]) -> None:
+        try:
+            with compile_log.kind(kind):
+                task()
+        except Exception as error:  # noqa: BLE001 - the program compiles when used
+            line = f"{type(error).__name__}: {error}".splitlines()[0]
+            self.failures.append(line)
+            logging.warning(
+                "Compiling %s ahead failed (%s); it compiles when first used.", kind, line
+            )
 
     def wait_for_eval(self) -> None:
         """Returns once the eval step and the evaluators' programs are compiled (or failed)."""
@@ -120,7 +133,10 @@ class Ahead:
         if self._pending is not None:
             run, host_params, compile_ahead = self._pending
             self._pending = None  # and the host parameters with it, once the tasks are done
-            self._thread = Background(_tasks(run, device_params, host_params, compile_ahead))
+            self._thread = Background(
+                _tasks(run, device_params, host_params, compile_ahead),
+                threads=compile_only.default_threads(),
+            )
 
     def wait_for_eval(self) -> None:
         """Before an evaluation: its programs, if they are being compiled (`Background`)."""
@@ -140,16 +156,18 @@ def _tasks(
     host_params: Any,
     compile_ahead: Sequence[Callable[[Any, Any], None]],
 ) -> list[Task]:
-    """`run`'s eval step, its evaluators' programs (`compile_ahead(params)` methods) and the
-    launcher's `compile_ahead(context, params)` functions, in that order. host_params: the
-    parameters' values on the host, for the decoders (placed on the devices as a
-    translation would)."""
+    """`run`'s evaluators' programs (`compile_ahead(params)` methods), its eval step, and the
+    launcher's `compile_ahead(context, params)` functions, in that order (the decoders first:
+    handed to the worker threads, they compile while this thread compiles the eval step).
+    host_params: the parameters' values on the host, for the decoders (placed on the devices
+    as a translation would)."""
     shapes = _param_shapes(device_params)
-    tasks: list[Task] = [("eval", "eval", lambda: _compile_eval_step(run, shapes))]
+    tasks: list[Task] = []
     for evaluator in run.evaluators:  # process 0's (none elsewhere)
         method = getattr(evaluator, "compile_ahead", None)
         if method is not None:
             tasks.append(("decode", "eval", lambda m=method: m(host_params)))
+    tasks.append(("eval", "eval", lambda: _compile_eval_step(run, shapes)))
     if jax.process_index() == 0:  # the launcher's decoding after training is process 0's
         for fn in compile_ahead:
             tasks.append(("decode", "after", lambda f=fn: f(run.context, host_params)))
