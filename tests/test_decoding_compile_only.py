@@ -85,3 +85,37 @@ def test_outside_the_block_call_runs_the_function():
         return x + 1
 
     assert compile_only.call(fn, 1) == 2 and calls == [1]
+
+
+def test_a_call_of_two_widths_compiles_both_at_once_then_traces_nothing_again(monkeypatch):
+    """`decode_ids` hands one program per program width to worker threads before decoding;
+    the translations equal those of a call that compiles each when first used, and a second
+    call neither compiles nor traces."""
+    translator = _translator(seed=31)
+    settings = dict(beam_size=2, alpha=0.43)  # alpha is static: programs no other test made
+    compilers, compile_one = [], compile_only._compile
+
+    def spy(lowered, handed):
+        compilers.append(threading.current_thread().name)
+        return compile_one(lowered, handed)
+
+    monkeypatch.setattr(compile_only, "_compile", spy)
+    with compile_log.recording() as log:
+        got = translator.translate(LINES, **settings)
+    assert len(log.programs) == 2, [p.name for p in log.programs]  # widths 16 and 64
+    assert len(compilers) == 2 and all(name.startswith("compile") for name in compilers)
+    # The calling thread waited for them: background only if it is not the main thread.
+    main = threading.current_thread() is threading.main_thread()
+    assert all(p.background is not main for p in log.programs)
+    assert any(got)
+
+    monkeypatch.setattr(compile_only, "ahead", lambda items, decode: None)
+    with compile_log.recording() as again:
+        assert translator.translate(LINES, **settings) == got
+    assert again.programs == []
+    assert all(seconds == 0.0 for seconds in compile_log.hand_over().seconds.values())  # no trace
+    monkeypatch.undo()
+    with compile_log.recording() as third:
+        assert translator.translate(LINES, **settings) == got
+    assert third.programs == []
+    assert all(seconds == 0.0 for seconds in compile_log.hand_over().seconds.values())

@@ -101,9 +101,9 @@ def test_with_workers_the_eval_parts_programs_are_compiled_before_wait_for_eval(
     wait_for_eval returns; the after part's compile meanwhile."""
     done, compile_one, release = [], compile_only._compile, threading.Event()
 
-    def slow(traced, handed):
+    def slow(lowered, handed):
         time.sleep(0.3)
-        compile_one(traced, handed)
+        compile_one(lowered, handed)
         done.append(threading.current_thread().name)
 
     monkeypatch.setattr(compile_only, "_compile", slow)

@@ -30,6 +30,10 @@ beam, or samples); a smaller call decodes on fewer devices, as splitting it cost
 dispatch than it saves (`_call_mesh`). A caller that decodes many times with the same
 weights (a `Translator`: a server calls once per request batch) passes `params_cache`, a
 dict in which the weights placed on each mesh are kept, not copied for every call.
+
+Compiling: a call whose batches need programs of several widths compiles them at once, one
+per host core, before decoding (`compile_only.ahead`), rather than each when its first batch
+comes; programs the process has compiled or run before are not traced again.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding import model_decode
+from transformer_jax.decoding import compile_only, model_decode
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.nn import ModelConfig
 
@@ -191,9 +195,9 @@ def decode_ids(
         max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
         params_cache=params_cache,
     )  # fmt: skip
-    out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
-    for batch in call.batches(sources, batch_size, progress):
-        decode = model_decode.sharded_decoder(
+
+    def decode(batch: _Batch) -> np.ndarray:
+        decoder = model_decode.sharded_decoder(
             call.cfg,
             beam_size=beam_size,
             max_decode_len=call.budget(batch.width),
@@ -201,7 +205,13 @@ def decode_ids(
             mesh=call.mesh,
         )
         length = call.budget(min(round_up(batch.longest, LENGTH_BUCKET), batch.width))
-        tokens = np.asarray(decode(call.params, batch.src, batch.src_len, length))
+        return np.asarray(decoder(call.params, batch.src, batch.src_len, length))
+
+    # One program per width: several compile at once, not each when its width comes.
+    compile_only.ahead(call.first_per_width(sources, batch_size), decode)
+    out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
+    for batch in call.batches(sources, batch_size, progress):
+        tokens = decode(batch)
         if tokens.ndim == 3:  # (B, W, L): the best of the n-best
             tokens = tokens[:, 0]
         for r, i in enumerate(batch.chunk):
@@ -268,6 +278,13 @@ class _Call(NamedTuple):
         )
         # Replicated on every device once a call (or kept for later calls): not per batch.
         return cls(cfg, limit, mesh, num_rows, _placed(params, mesh, params_cache), budget)
+
+    def first_per_width(self, sources: Sequence[Sequence[int]], batch_size: int) -> list[_Batch]:
+        """The first of `batches` at each program width, the widest first."""
+        first: dict[int, _Batch] = {}
+        for batch in self.batches(sources, batch_size, None):
+            first.setdefault(batch.width, batch)
+        return sorted(first.values(), key=lambda batch: -batch.width)
 
     def batches(
         self,

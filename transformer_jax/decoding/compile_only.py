@@ -16,11 +16,11 @@ that very call with the decoders switched to compiling: inside `compiling()`, ea
 decoder (`model_decode.sharded_decoder`, `sharded_nbest_decoder`) traces, lowers and compiles
 for its arguments, which fills the jitted function's own cache (a later call with the same
 shapes and shardings compiles nothing), and returns zeros of its output's shape instead of
-running: the caller's "translations" are empty. A program already compiled in the block is
-not traced again. The switch is a context variable, so it holds in the thread that set it
+running: the caller's "translations" are empty. A program this process has already compiled
+or run is not traced again. The switch is a context variable, so it holds in the thread that set it
 only: decoding in other threads (the training loop's evaluators) runs as usual.
 
-With `threads` > 1 the decoder is traced in the calling thread (Python) and lowered and
+With `threads` > 1 the decoder is traced and lowered in the calling thread (Python) and
 compiled in one of `threads` worker threads (XLA compiles outside the GIL), and the call
 returns at once: the programs of many calls compile in parallel, one per host core, instead of
 one after another (benchmarks/README.md, "Server warm-up"). The block's end waits for them
@@ -35,7 +35,9 @@ import concurrent.futures
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Iterator
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -56,8 +58,7 @@ def default_threads() -> int:
 
 class Session:
     """What one `compiling()` block shares: its worker threads (none: each program compiles
-    in the calling thread) and the programs compiled in it, by function and argument
-    signature (their output shapes, for the zeros)."""
+    in the calling thread) and the compiles handed to them."""
 
     def __init__(self, threads: int):
         if not isinstance(threads, int) or threads < 1:
@@ -68,24 +69,28 @@ class Session:
             else None
         )
         self._futures: list[concurrent.futures.Future] = []
-        self._outputs: dict[Any, Any] = {}
 
     def compile(self, fn: Any, args: tuple) -> Any:
-        """Compiles the jitted `fn` for `args` (once per block) -> host zeros shaped as its
-        output."""
-        key = (fn, _signature(args))
-        out_info = self._outputs.get(key)
+        """Compiles the jitted `fn` for `args` (unless this process has compiled or run it)
+        -> host zeros shaped as its output."""
+        signature = _signature(args)
+        out_info = _seen(fn, signature)
         if out_info is None:
             traced = fn.trace(*args)
-            out_info = self._outputs[key] = traced.out_info
+            out_info = traced.out_info
+            _remember(fn, signature, out_info)
+            # Lowered here: under this thread's JAX settings (e.g. a `default_matmul_precision`
+            # block, thread-local), which key the jitted function's cache: lowered in a worker
+            # without them, the later call here would miss it and compile again.
+            lowered = traced.lower()
             if self._pool is None:
-                traced.lower().compile()
+                lowered.compile()
             else:
                 # The worker takes this thread's context (the program's compile_log kind)
                 # and its trace seconds (counted with the program's compile).
                 handed = compile_log.hand_over()
                 run = contextvars.copy_context().run
-                self._futures.append(self._pool.submit(run, _compile, traced, handed))
+                self._futures.append(self._pool.submit(run, _compile, lowered, handed))
         return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), out_info)
 
     def wait(self) -> int:
@@ -150,14 +155,50 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)`, or inside `compiling()`: compile `fn` (a jitted function) for `args`
     and return host zeros shaped as its output (the same tree)."""
     session = _SESSION.get()
-    if session is None:
-        return fn(*args)
-    return session.compile(fn, args)
+    if session is not None:
+        return session.compile(fn, args)
+    out = fn(*args)
+    _remember(fn, _signature(args), jax.tree.map(_shape_of, out))
+    return out
 
 
-def _compile(traced: Any, handed: Any) -> None:
+def ahead(items: Sequence[Any], decode: Callable[[Any], Any]) -> None:
+    """`decode(item)` for each item inside `compiling(threads=default_threads())`, so that
+    their programs compile at once instead of each when first reached; nothing when there
+    is at most one item or a `compiling()` block is already open here (it compiles them).
+    E.g. a decoding call's first batch of each program width (`batch_decode.decode_ids`)."""
+    if len(items) < 2 or active():
+        return
+    with compiling(threads=default_threads()):
+        for item in items:
+            decode(item)
+
+
+# The output shapes of the programs this process has compiled or run in `call`, by jitted
+# function and argument signature: a `compiling()` block finds those without tracing them
+# again (a program whose compile failed in a worker too: it compiles when first used).
+_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SEEN_LOCK = threading.Lock()
+
+
+def _seen(fn: Any, signature: tuple) -> Any:
+    with _SEEN_LOCK:
+        return _SEEN.get(fn, {}).get(signature)
+
+
+def _remember(fn: Any, signature: tuple, out_info: Any) -> None:
+    with _SEEN_LOCK:
+        _SEEN.setdefault(fn, {})[signature] = out_info
+
+
+def _compile(lowered: Any, handed: Any) -> None:
     compile_log.take_over(handed)
-    traced.lower().compile()
+    lowered.compile()
+
+
+def _shape_of(x: Any) -> jax.ShapeDtypeStruct:
+    dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    return jax.ShapeDtypeStruct(np.shape(x), dtype)
 
 
 def _signature(args: tuple) -> tuple:

@@ -21,7 +21,9 @@ call that compiled it ("train step", "eval", "decode", "init"; "other" outside a
 function names alone do not say it (`pmap` wraps them, `shard_map` renames them).
 A program compiled outside the main thread (a run's eval and decoding programs, compiled
 ahead while it trains: `training.precompile`) is marked `background`: its seconds are counted
-with the others but were not waited for, and the summary says how many.
+with the others but were not waited for, and the summary says how many. A program traced in
+one thread and compiled in a worker (`decoding.compile_only`'s threads) counts as the
+thread that traced it, which waits for it if that is the main thread (`hand_over`).
 Only listeners are registered, while `recording()` is open: importing this changes nothing.
 """
 
@@ -59,7 +61,7 @@ class Program:
     kind: str
     seconds: float  # trace + lower + backend compile (or cache read)
     cached: bool
-    background: bool = False  # compiled outside the main thread (`training.precompile`)
+    background: bool = False  # compiled outside the main thread, not waited for (module doc)
 
 
 @dataclasses.dataclass(eq=False)  # identity: open recordings are told apart in `_active`
@@ -70,6 +72,8 @@ class CompileLog:
     # Trace and lowering seconds not yet claimed by a backend compile, per thread.
     _pending: dict[int, float] = dataclasses.field(default_factory=dict)
     _hit: dict[int, bool] = dataclasses.field(default_factory=dict)
+    # Per compiling thread: whether its next program is background (`take_over`).
+    _behind: dict[int, bool] = dataclasses.field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -130,7 +134,9 @@ class CompileLog:
         elif event == BACKEND_COMPILE:
             total = seconds + self._pending.pop(thread, 0.0)
             cached = self._hit.pop(thread, False)
-            behind = threading.current_thread() is not threading.main_thread()
+            behind = self._behind.pop(
+                thread, threading.current_thread() is not threading.main_thread()
+            )
             self.programs.append(Program(str(fun_name), _kind.get(), total, cached, behind))
 
     def _on_event(self, event: str) -> None:
@@ -175,22 +181,34 @@ def recording() -> Iterator[CompileLog]:
             monitoring.unregister_event_listener(_event_listener)
 
 
-def hand_over() -> dict[CompileLog, float]:
+@dataclasses.dataclass(frozen=True)
+class Handed:
+    """A program traced in one thread and compiled in another (`hand_over`)."""
+
+    seconds: dict  # CompileLog -> its trace and lowering seconds not yet claimed
+    behind: bool  # traced outside the main thread: compiled while the main one worked on
+
+
+def hand_over() -> Handed:
     """This thread's trace and lowering seconds not yet claimed by a compile, taken from
     every open recording, for the thread that will compile the program (`take_over`):
-    `decoding.compile_only` traces in one thread and compiles in another."""
+    `decoding.compile_only` traces in one thread and compiles in another. The program is
+    `background` if this thread is (the main thread waits for what it hands over)."""
     thread = threading.get_ident()
     with _lock:
-        return {log: log._pending.pop(thread, 0.0) for log in _active}
+        seconds = {log: log._pending.pop(thread, 0.0) for log in _active}
+    return Handed(seconds, threading.current_thread() is not threading.main_thread())
 
 
-def take_over(handed: dict[CompileLog, float]) -> None:
-    """Counts `hand_over`'s seconds with the next program this thread compiles."""
+def take_over(handed: Handed) -> None:
+    """Counts `hand_over`'s seconds with the next program this thread compiles, and marks
+    it background or not as the thread that handed it over."""
     thread = threading.get_ident()
     with _lock:
-        for log, seconds in handed.items():
+        for log, seconds in handed.seconds.items():
             if log in _active:
                 log._pending[thread] = log._pending.get(thread, 0.0) + seconds
+                log._behind[thread] = handed.behind
 
 
 @contextlib.contextmanager
