@@ -75,8 +75,9 @@ flags.DEFINE_list(
 flags.DEFINE_integer(
     "warm_up_threads",
     0,
-    "Decoding programs the warm-up compiles at once (0: one per host core, at most 8; 1: one "
-    "after another).",
+    "Decoding programs the warm-up compiles at once (0: one per host core, at most 8, but one "
+    "under host_memory='reuse', the CPU default, whose one malloc arena makes them wait on "
+    "each other; 1: one after another).",
 )
 flags.DEFINE_bool("access_log", False, "Log one line per request (uvicorn's access log).")
 

@@ -91,6 +91,7 @@ def test_a_call_of_two_widths_compiles_both_at_once_then_traces_nothing_again(mo
     """`decode_ids` hands one program per program width to worker threads before decoding;
     the translations equal those of a call that compiles each when first used, and a second
     call neither compiles nor traces."""
+    monkeypatch.setattr(compile_only, "default_threads", lambda: 2)  # any host, any memory
     translator = _translator(seed=31)
     settings = dict(beam_size=2, alpha=0.43)  # alpha is static: programs no other test made
     compilers, compile_one = [], compile_only._compile
@@ -119,3 +120,20 @@ def test_a_call_of_two_widths_compiles_both_at_once_then_traces_nothing_again(mo
         assert translator.translate(LINES, **settings) == got
     assert third.programs == []
     assert all(seconds == 0.0 for seconds in compile_log.hand_over().seconds.values())
+
+
+def test_default_threads_are_the_cores_up_to_8_but_one_with_one_malloc_arena(monkeypatch):
+    import os
+
+    from transformer_jax.runtime import host_memory
+
+    monkeypatch.setattr(host_memory, "in_effect", lambda: "system")
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert compile_only.default_threads() == compile_only.MAX_THREADS == 8
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert compile_only.default_threads() == 2
+    monkeypatch.setattr(host_memory, "in_effect", lambda: "reuse")
+    assert compile_only.default_threads() == 1
+    seen = []
+    compile_only.ahead([1, 2, 3], seen.append)  # one thread: nothing ahead
+    assert seen == []

@@ -44,15 +44,21 @@ import jax
 import numpy as np
 from absl import logging
 
-from transformer_jax.runtime import compile_log
+from transformer_jax.runtime import compile_log, host_memory
 
-# `compiling`'s threads when not given: one per host core, at most this many (each compile
-# holds its program's HLO and its compiler's working memory, GBs on a large model).
+# `default_threads`: one per host core, at most this many (each compile holds its program's
+# HLO and its compiler's working memory, GBs on a large model).
 MAX_THREADS = 8
 
 
 def default_threads() -> int:
-    """Worker threads for `compiling`: the host's cores, at most `MAX_THREADS`."""
+    """Worker threads for compiling ahead (a server's warm-up, a run's precompile thread,
+    `ahead`): the host's cores, at most `MAX_THREADS`; 1 while `host_memory="reuse"` is in
+    effect (the CPU default), whose one malloc arena makes concurrent compiles wait on each
+    other: there 2 threads warmed a server up 5 % slower, with "system" 25 % faster
+    (benchmarks/LOG.md, 2026-11-27 tenth session)."""
+    if host_memory.in_effect() == "reuse":
+        return 1
     return max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
@@ -165,11 +171,13 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 def ahead(items: Sequence[Any], decode: Callable[[Any], Any]) -> None:
     """`decode(item)` for each item inside `compiling(threads=default_threads())`, so that
     their programs compile at once instead of each when first reached; nothing when there
-    is at most one item or a `compiling()` block is already open here (it compiles them).
+    is at most one item or one thread, or a `compiling()` block is already open here (it
+    compiles them).
     E.g. a decoding call's first batch of each program width (`batch_decode.decode_ids`)."""
-    if len(items) < 2 or active():
+    threads = default_threads()
+    if len(items) < 2 or threads < 2 or active():
         return
-    with compiling(threads=default_threads()):
+    with compiling(threads=threads):
         for item in items:
             decode(item)
 

@@ -26,8 +26,9 @@ every row count a merged batch of up to `max_sentences` lines pads to (`row_coun
 4, 8, then multiples of 8 up to the decode batch size) at every program width of sources
 up to the run's training length (16 and 64 for fra_eng), for the default options. Requests
 with other options compile their own programs on first use. The programs compile
-`warm_up_threads` at a time (`decoding.compile_only.compiling`; default one per host core,
-at most 8), then each batch is decoded once for real, which compiles nothing more
+`warm_up_threads` at a time (`decoding.compile_only.compiling`; default
+`compile_only.default_threads()`: one per host core up to 8, but 1 under the CPU default
+`host_memory="reuse"`), then each batch is decoded once for real, which compiles nothing more
 and shows that every program runs.
 """
 
@@ -75,8 +76,8 @@ class JaxEngine:
         server's --beam_size; `DecodeOptions` fields and `Translator` settings alike.
         `warm_up_beam_sizes`: beam sizes whose programs `warm_up` compiles besides the
         default options' (e.g. 1 for greedy requests on a beam-4 server).
-        `warm_up_threads`: programs `warm_up` compiles at once (None: one per host core, at
-        most 8; 1: one after another, as each batch is decoded)."""
+        `warm_up_threads`: programs `warm_up` compiles at once (None:
+        `compile_only.default_threads()`; 1: one after another, as each batch is decoded)."""
         check_format("plain", text)
         if any(not isinstance(b, int) or b < 1 for b in warm_up_beam_sizes):
             raise ValueError(
