@@ -17,8 +17,8 @@ decoder (`model_decode.sharded_decoder`, `sharded_nbest_decoder`) traces, lowers
 for its arguments, which fills the jitted function's own cache (a later call with the same
 shapes and shardings compiles nothing), and returns zeros of its output's shape instead of
 running: the caller's "translations" are empty. A program this process has already compiled
-or run is not traced again. The switch is a context variable, so it holds in the thread that set it
-only: decoding in other threads (the training loop's evaluators) runs as usual.
+or run is not traced again. The switch is a context variable, so it holds in the thread that
+set it only: decoding in other threads (the training loop's evaluators) runs as usual.
 
 With `threads` > 1 the decoder is traced and lowered in the calling thread (Python) and
 compiled in one of `threads` worker threads (XLA compiles outside the GIL), and the call
