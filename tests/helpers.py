@@ -149,3 +149,22 @@ def flat_params(workdir: Path, step: int | None = None) -> np.ndarray:
     from transformer_jax.inference import Translator
 
     return np.asarray(ravel_pytree(Translator.from_workdir(workdir, step).params)[0])
+
+
+# The serving tests' words: a tiny random model's vocabulary, source and target alike.
+SERVING_WORDS = "go i lost he is calm home . ! va j'ai perdu il est calme chez moi".split()
+
+
+def serving_translator():
+    """A `Translator` of a tiny random model over `SERVING_WORDS` (learned positions up to
+    32, at most 8 generated tokens), as the serving tests decode with."""
+    from transformer_jax.data.vocab import SPECIAL_TOKENS
+    from transformer_jax.data.word_tokenizer import WordTokenizer
+    from transformer_jax.inference import Translator
+    from transformer_jax.testing import random_params, tiny_config
+
+    tokenizer = WordTokenizer([*SPECIAL_TOKENS, *SERVING_WORDS])
+    cfg = tiny_config(tokenizer.vocab_size, tokenizer.vocab_size, max_len=32)
+    return Translator.from_params(
+        cfg, random_params(cfg, seed=4), tokenizer, tokenizer, max_decode_len=8
+    )

@@ -23,16 +23,12 @@ import pytest
 
 pytest.importorskip("fastapi")  # the [serve] extra (pinned in requirements.txt)
 
-from tests.helpers import REPO, subprocess_env  # noqa: E402
+from tests.helpers import REPO, serving_translator, subprocess_env  # noqa: E402
 from transformer_jax.data.config import SHARED_ZIP  # noqa: E402
-from transformer_jax.data.vocab import SPECIAL_TOKENS  # noqa: E402
-from transformer_jax.data.word_tokenizer import WordTokenizer  # noqa: E402
 from transformer_jax.decoding.options import DecodeOptions  # noqa: E402
-from transformer_jax.inference import Translator  # noqa: E402
 from transformer_jax.serving.app import create_app, start_in_thread  # noqa: E402
 from transformer_jax.serving.engines import JaxEngine  # noqa: E402
 from transformer_jax.serving.requests import Limits, decode_options  # noqa: E402
-from transformer_jax.testing import random_params, tiny_config  # noqa: E402
 
 
 def request(url, method, path, body=None, headers=None):
@@ -199,16 +195,10 @@ def test_concurrent_requests_are_decoded_as_one_batch_in_order():
 
 # --- a real Translator -------------------------------------------------------------------
 
-WORDS = "go i lost he is calm home . ! va j'ai perdu il est calme chez moi".split()
-
 
 @pytest.fixture(scope="module")
 def translator():
-    tokenizer = WordTokenizer([*SPECIAL_TOKENS, *WORDS])
-    cfg = tiny_config(tokenizer.vocab_size, tokenizer.vocab_size, max_len=32)
-    return Translator.from_params(
-        cfg, random_params(cfg, seed=4), tokenizer, tokenizer, max_decode_len=8
-    )
+    return serving_translator()
 
 
 def test_a_real_translator_over_http_matches_it_called_directly(translator):

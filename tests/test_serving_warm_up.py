@@ -11,24 +11,15 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax.data.vocab import SPECIAL_TOKENS
-from transformer_jax.data.word_tokenizer import WordTokenizer
+from tests.helpers import serving_translator
 from transformer_jax.decoding import compile_only
-from transformer_jax.inference import Translator
 from transformer_jax.runtime import compile_log
 from transformer_jax.serving.engines import JaxEngine, row_counts
-from transformer_jax.testing import random_params, tiny_config
-
-WORDS = "go i lost he is calm home . ! va j'ai perdu il est calme chez moi".split()
 
 
 @pytest.fixture(scope="module")
 def translator():
-    tokenizer = WordTokenizer([*SPECIAL_TOKENS, *WORDS])
-    cfg = tiny_config(tokenizer.vocab_size, tokenizer.vocab_size, max_len=32)
-    return Translator.from_params(
-        cfg, random_params(cfg, seed=4), tokenizer, tokenizer, max_decode_len=8
-    )
+    return serving_translator()
 
 
 def _spied(engine: JaxEngine) -> list[tuple[str, bool, int, int]]:
