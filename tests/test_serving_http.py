@@ -26,7 +26,7 @@ pytest.importorskip("fastapi")  # the [serve] extra (pinned in requirements.txt)
 from tests.helpers import REPO, serving_translator, subprocess_env  # noqa: E402
 from transformer_jax.data.config import SHARED_ZIP  # noqa: E402
 from transformer_jax.decoding.options import DecodeOptions  # noqa: E402
-from transformer_jax.serving.app import create_app, start_in_thread  # noqa: E402
+from transformer_jax.serving.app import bind, create_app, start_in_thread  # noqa: E402
 from transformer_jax.serving.engines import JaxEngine  # noqa: E402
 from transformer_jax.serving.requests import Limits, decode_options  # noqa: E402
 
@@ -323,6 +323,21 @@ def _start(args, env=None):
         text=True,
     )
     return process
+
+
+def test_connections_send_without_nagles_delay():
+    """Each accepted connection has TCP_NODELAY (with protocol TCP, asyncio sets it too):
+    without it, a response's two writes waited ~40 ms for the client's delayed ACK."""
+    server = bind("127.0.0.1", 0)
+    client = socket.create_connection(server.getsockname()[:2])
+    try:
+        connection, _ = server.accept()
+        with connection:
+            assert connection.proto == socket.IPPROTO_TCP
+            assert connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        client.close()
+        server.close()
 
 
 def test_a_taken_port_is_one_fatal_line_before_the_model_loads(tmp_path):
