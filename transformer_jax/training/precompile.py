@@ -18,8 +18,9 @@ compiled for the very shapes and shardings its later call passes (the eval step 
 replicated parameters and a validation batch; the decoders by the evaluators' and the
 report's own translation calls in `decoding.compile_only` mode), so that call finds it in the
 jitted function's cache (`runtime.compile_log` marks them `background`). The decoders are
-traced in the thread and compiled in worker threads, one per host core up to 8
-(`compile_only.compiling(threads)`), in parallel with each other and with the eval step.
+traced in the thread and compiled in worker threads (`compile_only.default_threads()`: one
+per host core up to 8; 1 under host_memory="reuse"), in parallel with each other and with
+the eval step.
 
 "auto" is "background" on GPU/TPU and "off" on CPU (`runtime.backend.PRECOMPILE`): on 2 CPU
 cores the gain was within noise (benchmarks/LOG.md), the compiles sharing the cores the
