@@ -208,7 +208,7 @@ def decode_ids(
         return np.asarray(decoder(call.params, batch.src, batch.src_len, length))
 
     # One program per width: several compile at once, not each when its width comes.
-    compile_only.ahead(call.first_per_width(sources, batch_size), decode)
+    compile_only.ahead(lambda: call.first_per_width(sources, batch_size), decode)
     out: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sources)
     for batch in call.batches(sources, batch_size, progress):
         tokens = decode(batch)
@@ -280,11 +280,13 @@ class _Call(NamedTuple):
         return cls(cfg, limit, mesh, num_rows, _placed(params, mesh, params_cache), budget)
 
     def first_per_width(self, sources: Sequence[Sequence[int]], batch_size: int) -> list[_Batch]:
-        """The first of `batches` at each program width, the widest first."""
-        first: dict[int, _Batch] = {}
-        for batch in self.batches(sources, batch_size, None):
-            first.setdefault(batch.width, batch)
-        return sorted(first.values(), key=lambda batch: -batch.width)
+        """The first of `batches` at each program width, the widest first (only those are
+        padded)."""
+        first: dict[int, list[int]] = {}
+        for chunk in sorted_batches([len(row) for row in sources], batch_size):
+            longest = max(len(sources[i]) for i in chunk)
+            first.setdefault(program_width(longest, self.limit), chunk)
+        return [self._batch(sources, first[width]) for width in sorted(first, reverse=True)]
 
     def batches(
         self,
@@ -295,13 +297,17 @@ class _Call(NamedTuple):
         """The sources sorted by length into padded batches; `progress(done, total)` after
         each batch is decoded (when the caller asks for the next)."""
         for k, chunk in enumerate(sorted_batches([len(row) for row in sources], batch_size)):
-            rows = [list(sources[i]) for i in chunk]
-            longest = max(map(len, rows))
-            width = program_width(longest, self.limit)
-            src, src_len = pad_batch(rows, self.num_rows, width)
-            yield _Batch(chunk, src, src_len, longest, width)
+            yield self._batch(sources, chunk)
             if progress is not None:
                 progress(k * batch_size + len(chunk), len(sources))
+
+    def _batch(self, sources: Sequence[Sequence[int]], chunk: list[int]) -> _Batch:
+        """The sources of `chunk` padded to the call's rows and their program width."""
+        rows = [list(sources[i]) for i in chunk]
+        longest = max(map(len, rows))
+        width = program_width(longest, self.limit)
+        src, src_len = pad_batch(rows, self.num_rows, width)
+        return _Batch(chunk, src, src_len, longest, width)
 
 
 def decode_config(model_config: Any) -> Any:

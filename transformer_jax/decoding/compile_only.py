@@ -168,17 +168,20 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def ahead(items: Sequence[Any], decode: Callable[[Any], Any]) -> None:
-    """`decode(item)` for each item inside `compiling(threads=default_threads())`, so that
-    their programs compile at once instead of each when first reached; nothing when there
-    is at most one item or one thread, or a `compiling()` block is already open here (it
-    compiles them).
-    E.g. a decoding call's first batch of each program width (`batch_decode.decode_ids`)."""
+def ahead(items: Callable[[], Sequence[Any]], decode: Callable[[Any], Any]) -> None:
+    """`decode(item)` for each of `items()` inside `compiling(threads=default_threads())`, so
+    that their programs compile at once instead of each when first reached; nothing (and
+    `items` not called) with one thread or inside an open `compiling()` block (which compiles
+    them), nothing with fewer than two items. E.g. a decoding call's first batch of each
+    program width (`batch_decode.decode_ids`)."""
     threads = default_threads()
-    if len(items) < 2 or threads < 2 or active():
+    if threads < 2 or active():
+        return
+    chosen = items()
+    if len(chosen) < 2:
         return
     with compiling(threads=threads):
-        for item in items:
+        for item in chosen:
             decode(item)
 
 
