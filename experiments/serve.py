@@ -104,6 +104,11 @@ def main(argv: list[str]) -> None:
         )
         if FLAGS.max_batch_sentences < 1 or FLAGS.batch_window_ms < 0:
             raise ValueError("--max_batch_sentences must be >= 1 and --batch_window_ms >= 0.")
+        if FLAGS.warm_up_threads < 0:
+            raise ValueError(
+                f"--warm_up_threads={FLAGS.warm_up_threads}: give a whole number >= 0 (0: one "
+                "per host core; 1: one program at a time)."
+            )
         sock = bind(FLAGS.host, FLAGS.port)  # first: a taken port fails before the model loads
         engine = _engine()
     except (ImportError, OSError, ValueError) as error:  # ImportError: the [export] extra

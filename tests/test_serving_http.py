@@ -325,6 +325,14 @@ def _start(args, env=None):
     return process
 
 
+def test_a_bad_flag_value_is_one_fatal_line_before_the_model_loads(tmp_path):
+    process = _start([f"--workdir={tmp_path / 'no_run'}", "--port=0", "--warm_up_threads=-1"])
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("FATAL: --warm_up_threads=-1: give a whole number >= 0"), last
+
+
 def test_connections_send_without_nagles_delay():
     """Each accepted connection has TCP_NODELAY (with protocol TCP, asyncio sets it too):
     without it, a response's two writes waited ~40 ms for the client's delayed ACK."""
