@@ -192,10 +192,11 @@ def _one_line(text: str) -> str:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one; `socket.getsockname()` says it).
 
-    Its connections send without Nagle's delay (TCP_NODELAY): asyncio's event loop sets it
-    only on sockets whose protocol says TCP, which a socket made with protocol 0 does not, and
-    then each response (headers and body, two writes) waited for the client's delayed ACK:
-    ~50 ms a request instead of ~8 (benchmarks/LOG.md, 2026-11-27 tenth session)."""
+    Its connections send without Nagle's delay (TCP_NODELAY): uvloop (which uvicorn picks when
+    installed, as orbax-checkpoint's requirement makes it) sets it on every connection, but
+    asyncio's own event loop only on sockets whose protocol says TCP, which a socket made with
+    protocol 0 does not, and then each response (headers and body, two writes) waited for the
+    client's delayed ACK: ~50 ms a request instead of ~8 (benchmarks/LOG.md, 2026-11-27)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
