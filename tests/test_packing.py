@@ -5,6 +5,8 @@ gets in a row of its own, and the train objective (loss and gradients) must equa
 the same pairs in one-pair rows.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,7 @@ from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.nn import Packing, Transformer
 from transformer_jax.testing import random_params, tiny_config
 from transformer_jax.training.losses import weighted_loss_sums
+from transformer_jax.workdir import state_checks
 
 # packed against one-pair rows (other shapes) at 2e-5: float32 matmuls on every backend.
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
@@ -165,6 +168,46 @@ def test_packed_iterator_resumes_and_sees_each_pair_once_an_epoch():
     unpacked = batching.TrainIterator(enc, global_batch=4, seed=5, drop_remainder=False)
     with pytest.raises(ValueError, match="packing"):
         unpacked.set_state(it2.get_state())
+
+
+def test_a_saved_position_is_its_step_though_packed_epochs_differ_in_length():
+    """Packed epochs differ by a batch or so; a checkpoint's data position must still check
+    out as its step after many epochs (it once counted epoch · the first epoch's length and
+    moved every good checkpoint aside), for states with and without `batches_before`."""
+    enc = _encoded(n=203)
+    kwargs = dict(global_batch=4, seed=5, packing=True, drop_remainder=False)
+    it = batching.TrainIterator(enc, **kwargs)
+    lengths = [it.epoch_length(e) for e in range(6)]
+    assert len(set(lengths)) > 1  # the case: not one length for every epoch
+    step = sum(lengths[:5]) + 7
+    for _ in range(step):
+        next(it)
+    state = it.get_state()
+    assert (state["epoch"], state["position"], state["batches_before"]) == (5, 7, step - 7)
+    fresh = batching.TrainIterator(enc, **kwargs)
+    old = {k: v for k, v in state.items() if k != "batches_before"}  # saved before it existed
+    for saved in (state, old):
+        check = dict(step=step, epoch_length=fresh.epoch_length)
+        state_checks.check_restored(*_saved(step), data_state=saved, **check)
+        with pytest.raises(state_checks.CorruptCheckpointError, match="is not step"):
+            state_checks.check_restored(*_saved(step), data_state={**saved, "position": 6}, **check)
+    resumed = batching.TrainIterator(enc, **kwargs)
+    resumed.set_state(old)  # its count of earlier batches recomputed, then carried on
+    for _ in range(lengths[5] - 7 + 2):
+        want = next(it)
+        np.testing.assert_array_equal(next(resumed)["src"], want["src"])
+    assert resumed.get_state() == it.get_state()
+
+
+class _State(NamedTuple):
+    step: np.ndarray
+    w: np.ndarray
+
+
+def _saved(step):
+    """(state, abstract state, meta) of a tiny state saved at `step`, its digests in meta."""
+    state = _State(np.asarray(step, np.int32), np.ones((2,), np.float32))
+    return state, state, {state_checks.DIGEST_KEY: state_checks.leaf_digests(state)}
 
 
 def test_packed_rows_follow_the_token_budget_and_refuse_buckets():

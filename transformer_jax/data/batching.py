@@ -173,6 +173,10 @@ class TrainIterator:
             )
         self._epoch = 0
         self._position = 0
+        # Batches of the epochs before the current one: epochs differ in length where the
+        # plan packs rows or drops a bucket's leftovers, so this is not epoch · one length.
+        self._batches_before = 0
+        self._epoch_lengths: dict[int, int] = {}  # epoch -> batches, for `epoch_length`
         # The current epoch's batches: (pairs, bucket), or packed (pairs, row of each pair).
         self._plan: list[tuple[np.ndarray, int]] | None = None
 
@@ -253,7 +257,20 @@ class TrainIterator:
 
     @property
     def batches_per_epoch(self) -> int:
+        """Batches of the current epoch (others may differ by a few: `epoch_length`)."""
         return len(self._current_plan())
+
+    def epoch_length(self, epoch: int) -> int:
+        """Batches of epoch `epoch` (its plan is made, not kept; lengths are remembered)."""
+        if epoch == self._epoch and self._plan is not None:
+            return len(self._plan)
+        if epoch not in self._epoch_lengths:
+            self._epoch_lengths[epoch] = len(self._epoch_plan(epoch))
+        return self._epoch_lengths[epoch]
+
+    def batches_before(self, epoch: int) -> int:
+        """Batches of epochs 0 .. epoch - 1: the step a run starts epoch `epoch` at."""
+        return sum(self.epoch_length(e) for e in range(epoch))
 
     @property
     def epoch_plan(self) -> list[tuple[np.ndarray, np.ndarray | int]]:
@@ -275,6 +292,7 @@ class TrainIterator:
         if self._position >= len(plan):
             if self._sampling is not None:
                 self._sampling.log_counts(f"epoch {self._epoch}")
+            self._batches_before += len(plan)
             self._epoch += 1
             self._position = 0
             self._plan = None
@@ -346,6 +364,7 @@ class TrainIterator:
             "version": _STATE_VERSION,
             "epoch": self._epoch,
             "position": self._position,
+            "batches_before": self._batches_before,  # so a resumed run need not replan
             "seed": self._seed,
             "num_examples": len(self._encoded),
             "global_batch": self._global_batch,
@@ -370,6 +389,8 @@ class TrainIterator:
         self._epoch = int(state["epoch"])
         self._position = int(state["position"])
         self._plan = None
+        before = state.get("batches_before")  # absent from states saved before it existed
+        self._batches_before = self.batches_before(self._epoch) if before is None else int(before)
 
     @property
     def epoch(self) -> int:

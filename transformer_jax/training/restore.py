@@ -60,7 +60,7 @@ def restore_or_init(
             saved,
             step=step,
             data_state=data_state,
-            batches_per_epoch=train_iter.batches_per_epoch,
+            epoch_length=train_iter.epoch_length,
         )
 
     try:

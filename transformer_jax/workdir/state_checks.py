@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -98,7 +99,7 @@ def check_restored(
     *,
     step: int,
     data_state: dict | None = None,
-    batches_per_epoch: int | None = None,
+    epoch_length: Callable[[int], int] | None = None,
 ) -> None:
     """Raises `CorruptCheckpointError` (or `StateShapeError`) if the state restored from the
     checkpoint of `step` cannot be the state a run saved there.
@@ -106,9 +107,11 @@ def check_restored(
     Checked: tree, shapes and dtypes against `abstract_state`; the bytes of every leaf
     against the digests saved in `meta`; every float leaf (params and optimizer moments)
     finite; the state's step equal to the directory's and to the one recorded in `meta`;
-    digests present at all (`require_digests`); with `data_state` and `batches_per_epoch`,
-    the data position sane and consistent with the step (each optimizer step reads one
-    batch, so epoch · batches_per_epoch + position = step).
+    digests present at all (`require_digests`); with `data_state` and `epoch_length` (the
+    batches of an epoch, which packed or bucketed plans vary by a few from epoch to epoch),
+    the data position sane and consistent with the step: each optimizer step reads one
+    batch, so the batches of the epochs before plus the position in this one = step (the
+    former saved in the state as `batches_before`, else summed over `epoch_length`).
     """
     where = f"checkpoint {step}"
     check_shapes(state, abstract_state, what=where)
@@ -120,20 +123,25 @@ def check_restored(
         )
     check_step(int(np.asarray(state.step)), meta, step=step)
     require_digests(meta)  # last: what can be checked without them is named first
-    if data_state is None or batches_per_epoch is None:
+    if data_state is None or epoch_length is None:
         return
     epoch, position = data_state.get("epoch"), data_state.get("position")
+    before = data_state.get("batches_before")
     if not (isinstance(epoch, int) and isinstance(position, int)):
         raise CorruptCheckpointError(f"data position is not a pair of integers: {data_state}")
-    if epoch < 0 or not 0 <= position <= batches_per_epoch:
+    if before is not None and not (isinstance(before, int) and before >= 0):
+        raise CorruptCheckpointError(f"batches before its epoch not an integer >= 0: {before!r}")
+    if epoch < 0 or not 0 <= position <= (length := epoch_length(epoch)):
         raise CorruptCheckpointError(
-            f"data position epoch {epoch}, batch {position} is outside an epoch of "
-            f"{batches_per_epoch} batches"
+            f"data position epoch {epoch}, batch {position} is outside its epoch "
+            f"({'a negative epoch' if epoch < 0 else f'{length} batches'})"
         )
-    if epoch * batches_per_epoch + position != step:
+    if before is None:
+        before = sum(epoch_length(e) for e in range(epoch))
+    if before + position != step:
         raise CorruptCheckpointError(
-            f"data position epoch {epoch}, batch {position} ({batches_per_epoch} a epoch) is "
-            f"not step {step}"
+            f"data position epoch {epoch}, batch {position} (after {before} batches of the "
+            f"epochs before) is not step {step}"
         )
 
 
