@@ -9,7 +9,7 @@ import pytest
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import datasets
 from transformer_jax.data.truecase_table import build_truecaser
-from transformer_jax.data.truecasing import Truecaser, learn_forms, source_forms
+from transformer_jax.data.truecasing import Truecaser, learn_forms, shouted, source_forms
 
 pytest_plugins = ["tests.conftest_data"]
 
@@ -68,6 +68,17 @@ def test_natural_text_takes_names_from_the_source_and_prefers_the_learned_form()
     assert Truecaser("fr").natural("j'ai vu zoltan .", source="i saw zoltan .") == (
         "J'ai vu zoltan."
     )
+
+
+def test_a_source_in_capitals_gets_a_translation_in_capitals_not_acronyms():
+    truecaser = Truecaser("fr", {"tom": "Tom"})
+    got = truecaser.natural("la radio est allumée , tom .", source="THE RADIO IS ON, TOM.")
+    assert got == "LA RADIO EST ALLUMÉE, TOM."  # not "La RADIO est allumée, Tom."
+    assert shouted("I SAW TOM IN NYC!") and shouted("GO AWAY")
+    assert not shouted("NASA.") and not shouted("I met Tom in NYC.") and not shouted("A B C")
+    assert not shouted("") and not shouted("42 !")
+    # One acronym in a sentence is still one acronym.
+    assert truecaser.natural("j'aime la nasa .", source="I like NASA.") == "J'aime la NASA."
 
 
 def test_save_load_round_trip_and_a_corrupt_table(tmp_path):

@@ -16,7 +16,10 @@ systems):
   only where case carries meaning (not sentence-initial), kept if one capitalised form is
   the majority of at least `MIN_COUNT` occurrences;
 - else a word the input itself capitalised inside a sentence (a name or acronym the corpus
-  never saw: "I met Zoltan in NYC" keeps "Zoltan" and "NYC" in the translation).
+  never saw: "I met Zoltan in NYC" keeps "Zoltan" and "NYC" in the translation);
+- an input written all in capitals ("THE RADIO IS ON.": `shouted`) says nothing of its
+  words' forms: its translation is written all in capitals too ("LA RADIO EST ALLUMÉE."),
+  as a reader of such input expects, instead of every word taken for an acronym.
 
 Pure Python (no JAX): both translate engines use it. A run trained before the table existed
 gets the first three rules without learned forms (`Truecaser(target_lang)`).
@@ -111,6 +114,13 @@ def source_forms(source: str) -> dict[str, str]:
     return forms
 
 
+def shouted(source: str) -> bool:
+    """Whether `source` is written all in capitals: at least two words of two letters or
+    more, and no lowercase letter ("NASA." alone is an acronym, not shouting)."""
+    words = [w for w in _WORD.findall(source) if len(w) > 1]
+    return len(words) >= 2 and not any(c.islower() for w in words for c in w)
+
+
 def _capitalize(word: str) -> str:
     return word[:1].upper() + word[1:]
 
@@ -128,7 +138,10 @@ class Truecaser:
 
     def natural(self, translation: str, source: str = "") -> str:
         """`translation` (the book's form) with punctuation joined and capitals restored;
-        `source` is the input as the user wrote it (its capitalised names are kept)."""
+        `source` is the input as the user wrote it (its capitalised names are kept; written
+        all in capitals, the translation is too)."""
+        if shouted(source):
+            return self.natural(translation).upper()
         known = {**source_forms(source), **self.forms}
 
         def recase(match: re.Match) -> str:
