@@ -10,7 +10,8 @@ source length. `--split` takes the dataset's split names (train, validation, tes
 also full) and TFDS slices such as test[:500]. Prints the Markdown report and writes it with
 its JSON into the workdir (or --report_dir), named after what was scored and how (`report_name`:
 eval_test.md, eval_test_n500_beam_size-4.md, ...); the run's own eval_report.{json,md} and
-training_curves.png, written at the end of training, stay as they are.
+training_curves.png, written at the end of training, stay as they are. A refused start or a
+data problem (the corpus missing, the dataset damaged, a full disk) is one `FATAL:` line, exit 2.
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ def main(argv: list[str]) -> None:
     launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from transformer_jax.evaluation.report import evaluate_workdir, report_name, report_paths
+    from transformer_jax.data.download import DownloadError, ZipNotFoundError
+    from transformer_jax.evaluation.report import (
+        ReportWriteError,
+        evaluate_workdir,
+        report_name,
+        report_paths,
+    )
+    from transformer_jax.evaluation.report_text import format_report
     from transformer_jax.evaluation.translate_cli import first_workdir
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
@@ -67,9 +75,14 @@ def main(argv: list[str]) -> None:
             name=name,
             report_dir=FLAGS.report_dir,
         )
-    except (NoCheckpointError, ValueError) as error:
-        print(f"FATAL: {error}", file=sys.stderr)
-        sys.exit(2)
+    except ReportWriteError as error:  # scored, not written (a full disk): shown, not lost
+        print(format_report(error.report))
+        launch.fatal(str(error))
+    except (NoCheckpointError, ValueError, DownloadError, ZipNotFoundError) as error:
+        # One line as train gives it: the data's errors are ValueErrors (a damaged build, a
+        # bad split, a corrupt or too small corpus, a full disk while building) or, for a
+        # corpus that cannot be found or fetched, DownloadError and ZipNotFoundError.
+        launch.fatal(str(error))
     json_path, md_path = report_paths(FLAGS.report_dir or run, name)
     print(md_path.read_text())
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)

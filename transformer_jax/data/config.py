@@ -144,6 +144,21 @@ def data_config() -> ml_collections.ConfigDict:
     return c
 
 
+# The data config's paths on this machine, made absolute by `resolve_paths`.
+PATH_KEYS = ("data_dir", "zip_path")
+
+
+def resolve_paths(cfg: ml_collections.ConfigDict) -> None:
+    """Makes `data_dir` and `zip_path` absolute in place (`~` expanded, a relative path taken
+    from the current directory), so that the config a run records (config.json) names the same
+    dataset and zip when evaluate, translate or a resume run from another directory. "" stays
+    "" (no local zip), and so does a URL (`gs://...`, which TFDS reads as it is)."""
+    for key in PATH_KEYS:
+        value = cfg[key]
+        if isinstance(value, str | os.PathLike) and str(value) and "://" not in str(value):
+            cfg[key] = os.path.abspath(os.path.expanduser(value))
+
+
 def validate_data_config(
     cfg: ml_collections.ConfigDict, *, num_devices: int = 1, process_count: int = 1
 ) -> None:
@@ -180,6 +195,8 @@ def check_data_values(cfg: ml_collections.ConfigDict) -> None:
 
     The dataset name is looked up in TFDS's registry and every split string is parsed; the
     split names are checked where they are known before the dataset is built (fra_eng).
+    The one change it makes: relative paths become absolute (`resolve_paths`), so that the
+    run records where its data is.
     """
     expected = set(data_config().keys())
     unknown = set(cfg.keys()) - expected
@@ -189,6 +206,7 @@ def check_data_values(cfg: ml_collections.ConfigDict) -> None:
             f"data config keys: unknown {sorted(unknown)}, missing {sorted(missing)}; "
             f"valid keys are {sorted(expected)}."
         )
+    resolve_paths(cfg)
     if cfg.tokenizer not in TOKENIZERS:
         raise ValueError(f"data.tokenizer={cfg.tokenizer!r}; choose one of {TOKENIZERS}.")
     if cfg.sp_model_type not in SP_MODEL_TYPES:

@@ -8,7 +8,9 @@ whose features `source_lang` / `target_lang` hold the two sides (e.g. "wmt14_tra
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -16,6 +18,8 @@ from typing import TypeVar
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import logging
+from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
 from tensorflow_datasets.proto import tf_example_pb2
 
@@ -35,6 +39,24 @@ class DatasetReadError(ValueError):
 _READ_ERRORS = (RuntimeError, OSError, DecodeError, UnicodeDecodeError, IndexError, KeyError)
 
 
+def _damaged(
+    folder: str | Path, cfg: ml_collections.ConfigDict, what: str, error: BaseException
+) -> DatasetReadError:
+    """The one message for a build on disk that cannot be used: what failed, and the fix
+    (delete `folder`, the build, and run again to rebuild it from its source)."""
+    origin = (
+        f"the corpus ({cfg.zip_path or cfg.url})"
+        if cfg.name == config_lib.FRA_ENG
+        else "its source"
+    )
+    return DatasetReadError(
+        f"the {cfg.name} dataset built in {folder} cannot be read ({what}: "
+        f"{first_line(error).rstrip('.')}). "
+        f"It is built data, not the corpus: delete {folder} and run again to rebuild it from "
+        f"{origin}."
+    )
+
+
 @contextlib.contextmanager
 def _reading(
     builder: tfds.core.DatasetBuilder, cfg: ml_collections.ConfigDict, split: str
@@ -46,29 +68,33 @@ def _reading(
     except DatasetReadError:
         raise
     except _READ_ERRORS as error:
-        reason = first_line(error)
-        origin = (
-            f"the corpus ({cfg.zip_path or cfg.url})"
-            if cfg.name == config_lib.FRA_ENG
-            else "its source"
-        )
-        raise DatasetReadError(
-            f"the {cfg.name} dataset built in {builder.data_path} cannot be read ({split} "
-            f"split: {reason}). It is built data, not the corpus: delete {builder.data_path} "
-            f"and run again to rebuild it from {origin}."
-        ) from error
+        raise _damaged(builder.data_path, cfg, f"{split} split", error) from error
+
+
+# What opening a build with a damaged or emptied dataset_info.json / metadata.json raises
+# (protobuf's ParseError, json's JSONDecodeError); not ValueError at large: a config mistake is one.
+_INFO_ERRORS = (ParseError, json.JSONDecodeError, UnicodeDecodeError)
+_NO_INFO = "dataset_info.json missing or damaged"
 
 
 class SplitError(ValueError):
     """A split name or slice the built dataset does not have; the message lists its splits."""
 
 
-def _data_source(builder: tfds.core.DatasetBuilder, split: str, **kwargs):
+def _data_source(
+    builder: tfds.core.DatasetBuilder, cfg: ml_collections.ConfigDict, split: str, **kwargs
+):
     """`builder.as_data_source(split)` and its length; a split or slice the dataset does not
-    have (a typo, `train[:2000]` of 108 pairs) is a `SplitError` listing the splits there are."""
+    have (a typo, `train[:2000]` of 108 pairs) is a `SplitError` listing the splits there are,
+    and a build whose info lists no splits at all (dataset_info.json deleted) is damaged."""
     try:
         source = builder.as_data_source(split=split, **kwargs)
         return source, len(source)
+    except KeyError as error:  # TFDS: "Trying to access `splits[...]` but `splits` is empty"
+        if builder.info.splits:
+            raise
+        reason = ValueError("no splits listed")
+        raise _damaged(builder.data_path, cfg, _NO_INFO, reason) from error
     except ValueError as error:
         sizes = ", ".join(
             f"{name} {info.num_examples:,}" for name, info in builder.info.splits.items()
@@ -116,16 +142,25 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
     """The builder for `cfg.name`, built as array_record first if it is not on disk yet.
 
     One process builds at a time (`locks.exclusive` on a file in data_dir): runs started
-    together on one data_dir wait for the first build and then read it.
+    together on one data_dir wait for the first build and then read it. A build on disk whose
+    info files are damaged or missing, and a build that fails for want of disk space or write
+    access, are one `DatasetReadError` naming the folder and the fix.
     """
     lock = Path(cfg.data_dir) / f".{cfg.name.replace('/', '__')}.build.lock"
     with locks.exclusive(lock, what=f"building {cfg.name}"):
         # Created under the lock, so a waiting process sees the finished dataset.
-        if cfg.name == config_lib.FRA_ENG:
-            builder = fra_eng_builder(cfg)
-            _check_same_zip(builder, cfg)
-        else:
-            builder = catalogue_builder(cfg)
+        try:  # TFDS reads the build's dataset_info.json (and metadata.json) here
+            if cfg.name == config_lib.FRA_ENG:
+                builder = fra_eng_builder(cfg)
+                _check_same_zip(builder, cfg)
+            else:
+                builder = catalogue_builder(cfg)
+        except _INFO_ERRORS as error:
+            folder = build_dir(cfg)
+            raise _damaged(folder, cfg, "dataset_info.json or metadata.json", error) from error
+        if cfg.name == config_lib.FRA_ENG and cfg.zip_path and not builder.is_prepared():
+            # A given zip that is not there: named before TFDS starts a build.
+            download.check_zip_path(cfg.zip_path, download_manual_dir(cfg), cfg.url)
         # A no-op when the dataset is already in data_dir.
         try:
             builder.download_and_prepare(
@@ -136,24 +171,97 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
                     else None
                 ),
             )
-        except OSError as error:
-            if not locks.is_read_only_error(error):
+        except (OSError, RuntimeError) as error:
+            problem = _unwritable(error, builder, cfg)
+            if problem is None:
                 raise
-            raise DatasetReadError(
-                f"data.data_dir={cfg.data_dir} cannot be written ({first_line(error)}) and "
-                f"holds no {cfg.name} build for this config ({builder.data_path}): point "
-                "data.data_dir at a writable directory, or build the dataset there once "
-                "where it can be written."
-            ) from error
+            raise problem from error
+        if cfg.name == config_lib.FRA_ENG:
+            _check_complete(builder, cfg)
     return builder
 
 
+def build_dir(cfg: ml_collections.ConfigDict) -> Path:
+    """The folder a build of this config lives in, found without opening it: fra_eng's
+    `<data_dir>/fra_eng/<split config>/<version>`, another dataset's `<data_dir>/<name>`."""
+    if cfg.name != config_lib.FRA_ENG:
+        return Path(cfg.data_dir) / cfg.name
+    name = fra_eng.config_name(cfg.validation_fraction, cfg.test_fraction, cfg.split_seed)
+    return Path(cfg.data_dir) / config_lib.FRA_ENG / name / str(fra_eng.FraEng.VERSION)
+
+
+# "No space left on device", "Disk quota exceeded": a build that ran out of room.
+_DISK_FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}
+
+
+def _unwritable(
+    error: OSError | RuntimeError, builder: tfds.core.DatasetBuilder, cfg: ml_collections.ConfigDict
+) -> DatasetReadError | None:
+    """What a failed `download_and_prepare` raises instead of `error`: a `DatasetReadError`
+    naming data_dir and the fix when the disk is full or cannot be written; else None.
+
+    TFDS re-raises a failed write with its own prefix (`Failed to finalize writing of split
+    ...`), as a RuntimeError or an OSError without errno, raised from the original error:
+    the chain of causes is looked at.
+    TFDS removes the half-written build itself (its `incomplete.*` folder)."""
+    chain = list(_chain(error))
+    codes = {e.errno for e in chain if isinstance(e, OSError)}
+    text = " ".join(str(e) for e in chain)
+    if codes & set(_DISK_FULL) or any(reason in text for reason in _DISK_FULL.values()):
+        return DatasetReadError(
+            f"building the {cfg.name} dataset in data.data_dir={cfg.data_dir} failed: the disk "
+            f"is full ({first_line(error)}). Free space there, or point data.data_dir at a disk "
+            "with room, and run again (the partial build was removed)."
+        )
+    if codes & set(locks.READ_ONLY_ERRNOS):
+        return DatasetReadError(
+            f"data.data_dir={cfg.data_dir} cannot be written ({first_line(error)}) and "
+            f"holds no {cfg.name} build for this config ({builder.data_path}): point "
+            "data.data_dir at a writable directory, or build the dataset there once "
+            "where it can be written."
+        )
+    return None
+
+
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error` and the exceptions it was raised from (`raise ... from`), each once."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__
+
+
+def _check_complete(builder: fra_eng.FraEng, cfg: ml_collections.ConfigDict) -> None:
+    """Refuses a fra_eng build on disk whose info does not list all its splits
+    (dataset_info.json deleted or emptied): TFDS takes the folder for a finished build, and
+    its first read would fail, or (a split left out) say the split does not exist."""
+    names = set(builder.info.splits.keys())
+    missing = sorted(set(config_lib.FRA_ENG_SPLITS) - names)
+    if missing:
+        reason = f"splits {missing} not listed" if names else "no splits listed"
+        raise _damaged(builder.data_path, cfg, _NO_INFO, ValueError(reason))
+
+
 def _check_same_zip(builder: fra_eng.FraEng, cfg: ml_collections.ConfigDict) -> None:
-    """Refuses a dataset built from a different zip than the configured one (stale build)."""
-    if not (builder.is_prepared() and cfg.zip_path and Path(cfg.zip_path).is_file()):
+    """Refuses a dataset built from a different zip than the configured one (stale build).
+
+    A configured zip that is not there is not needed to read a finished build: it is used,
+    with a warning naming the zip (a fresh build refuses it: `download.locate_zip`)."""
+    if not (builder.is_prepared() and cfg.zip_path):
         return
     built_from = builder.info.metadata.get("zip_sha256")
-    current = download.file_digests(cfg.zip_path)["sha256"]
+    if not Path(cfg.zip_path).expanduser().is_file():
+        logging.warning(
+            "data.zip_path=%s is not a file; reading the %s dataset already built in %s "
+            "(from a zip with sha256 %s) without it.",
+            cfg.zip_path,
+            cfg.name,
+            builder.data_path,
+            built_from or "unknown",
+        )
+        return
+    current = download.file_digests(Path(cfg.zip_path).expanduser())["sha256"]
     if built_from and built_from != current:
         raise DatasetReadError(
             f"the fra_eng dataset in {builder.data_path} was built from a zip with sha256 "
@@ -183,7 +291,7 @@ def _read_fra_eng(
     TFDS's generic numpy decoding costs ~70 us per example (11 s for the train split); parsing
     the `tf.train.Example` bytes ourselves takes ~2 s for all of it.
     """
-    source, size = _data_source(builder, split, deserialize_method=_RAW)
+    source, size = _data_source(builder, cfg, split, deserialize_method=_RAW)
     indices = list(range(size))
     with _reading(builder, cfg, split):
         records = source.__getitems__(indices)
@@ -202,7 +310,7 @@ def load_split_pairs(cfg: ml_collections.ConfigDict, split: str) -> list[tuple[s
     keys = (cfg.source_lang, cfg.target_lang)
     if cfg.name == config_lib.FRA_ENG:
         return _read_fra_eng(builder, cfg, split, keys)
-    source, size = _data_source(builder, split)
+    source, size = _data_source(builder, cfg, split)
     pairs = []
     with _reading(builder, cfg, split):
         # One record at a time: tfds.testing.mock_data's patched source breaks `__getitems__`.

@@ -119,23 +119,26 @@ def locate_zip(
     url: str | None,
     known_digests: dict[str, frozenset[str]] | None = None,
 ) -> Path:
-    """Finds the corpus zip, in order: `zip_path`, `manual_dir/fra-eng.zip`, an earlier verified
+    """Finds the corpus zip: `zip_path` if given (a path that is not a file is an error, not a
+    reason to look elsewhere), else in order `manual_dir/fra-eng.zip`, an earlier verified
     download in `download_dir`, then a new download from `url` (skipped if `url` is empty).
 
     Local files are not required to match `known_digests` (a user may supply their own corpus);
     a configured `data.zip_sha256` is enforced by the caller via `known_digests`.
 
     Raises:
-      ZipNotFoundError: listing every place looked at and how to supply the zip.
+      ZipNotFoundError: naming the missing `zip_path`, or listing every place looked at, and
+        how to supply the zip.
     """
+    if zip_path:  # given explicitly: used or refused, never replaced by another copy
+        given = check_zip_path(zip_path, manual_dir, url)
+        if known_digests is not None:
+            verify_checksum(given, known_digests)
+        return given
     looked = []
-    candidates = []
-    if zip_path:
-        candidates.append(("data.zip_path", Path(zip_path).expanduser()))
     if manual_dir:
-        candidates.append(("TFDS manual dir", Path(manual_dir) / ZIP_NAME))
-    for label, candidate in candidates:
-        looked.append(f"{label}: {candidate}")
+        candidate = Path(manual_dir) / ZIP_NAME
+        looked.append(f"TFDS manual dir: {candidate}")
         if candidate.is_file():
             if known_digests is not None:
                 verify_checksum(candidate, known_digests)
@@ -151,4 +154,28 @@ def locate_zip(
         f"--config.data.zip_path=/path/to/{ZIP_NAME} (data.zip_path); copy it into the TFDS "
         f"manual dir ({manual_dir}); or set data.url (default {DEFAULT_URL}) on a machine with "
         "network access."
+    )
+
+
+def check_zip_path(
+    zip_path: str | Path, manual_dir: str | Path | None = None, url: str | None = None
+) -> Path:
+    """`zip_path` (`~` expanded) if it is a file, else a `ZipNotFoundError` naming it and the
+    ways to supply the zip (`manual_dir`, `url`: where an empty zip_path would look)."""
+    given = Path(zip_path).expanduser()
+    if not given.is_file():
+        raise ZipNotFoundError(_not_a_zip(given, manual_dir, url))
+    return given
+
+
+def _not_a_zip(given: Path, manual_dir: str | Path | None, url: str | None) -> str:
+    """The message for a `data.zip_path` that is missing or not a file."""
+    what = "is a directory, not a file" if given.is_dir() else "does not exist"
+    where = "" if given.is_absolute() else f" (a relative path, read from {Path.cwd()})"
+    manual = Path(manual_dir or "<data_dir>/downloads/manual") / ZIP_NAME
+    then = f", then a download from data.url ({url})" if url else " (data.url='': no download)"
+    return (
+        f"data.zip_path={given}{where} {what}. Pass the path of {ZIP_NAME} as "
+        f"--config.data.zip_path=/path/to/{ZIP_NAME}, or --config.data.zip_path='' to use the "
+        f"copy in the TFDS manual dir ({manual}){then}."
     )

@@ -37,6 +37,11 @@ in the manual dir (`<data_dir>/downloads/manual/` by default), or set the data c
 `zip_path`."""
 
 
+class CorpusTooSmallError(corpus.CorruptArchiveError):
+    """The zip's fra.txt holds too few valid pairs to fill every split; a corpus that cannot
+    be used, as a damaged archive cannot (launchers print it as one FATAL line)."""
+
+
 @dataclasses.dataclass
 class FraEngConfig(tfds.core.BuilderConfig):
     """Split parameters. They change the data, so they are part of the config (and its dir)."""
@@ -162,10 +167,12 @@ class FraEng(tfds.core.GeneratorBasedBuilder):
         for name, size in sizes.items():
             if size == 0:
                 # TFDS cannot write an empty split; say why instead of its AssertionError.
-                raise ValueError(
+                raise CorpusTooSmallError(
                     f"fra_eng: split {name!r} would be empty ({report.kept} pairs read from "
                     f"{zip_path}, fractions validation={config.validation_fraction} "
-                    f"test={config.test_fraction}); supply the full corpus or larger fractions."
+                    f"test={config.test_fraction}); supply the full corpus "
+                    f"(--config.data.zip_path=/path/to/{download.ZIP_NAME}) or larger fractions "
+                    "(data.validation_fraction, data.test_fraction)."
                 )
         for example in report.examples:
             logging.warning("fra_eng: skipped %s", example)

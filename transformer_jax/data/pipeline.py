@@ -19,6 +19,7 @@ from transformer_jax.data import (
     packing,
     sampling_pool,
 )
+from transformer_jax.data import config as config_lib
 from transformer_jax.data.encoding import EncodedPairs, pad_pairs, tokenize_pairs
 from transformer_jax.data.sampling import SubwordSampling
 from transformer_jax.data.tokenizers import Tokenizer, build_tokenizers
@@ -89,8 +90,10 @@ def create_input_pipeline(
     them from the config; built ones come with the training targets' `truecaser` (cached there
     too). Every process reads the same splits and derives the same global order; each then
     materialises only its own slice of every batch. `cfg` is checked before, once, with the
-    whole run config (`training.validate_config`, or `data.validate_data_config` alone).
+    whole run config (`training.validate_config`, or `data.validate_data_config` alone),
+    which makes its paths absolute; a direct caller's are made absolute here.
     """
+    config_lib.resolve_paths(cfg)
     # Load the splits. Validation pairs evenly spaced, not the first n: fra-eng's splits are
     # stored shortest first.
     train_pairs = datasets.load_split_pairs(cfg, cfg.train_split)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +54,15 @@ REPORT_JSON = "eval_report.json"
 REPORT_MD = "eval_report.md"
 CURVES_PNG = "training_curves.png"
 SPEED_SENTENCES = 256  # re-decoded after warm-up (compiled) to time the steady state
+
+
+class ReportWriteError(OSError):
+    """The report was computed but cannot be written (a full disk); the message names the
+    directory and the fix, and `report` holds the report, so that a launcher can still show it."""
+
+    def __init__(self, message: str, report: dict[str, Any]):
+        super().__init__(message)
+        self.report = report
 
 
 @dataclasses.dataclass
@@ -201,17 +211,50 @@ def evaluate_workdir(
         ),
     }
     if write:
-        json_path, md_path = report_paths(out_dir, name)
-        json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        md_path.write_text(format_report(report))
+        write_report(report, workdir, out_dir, name)
+    return report
+
+
+def write_report(
+    report: dict[str, Any], workdir: Path, out_dir: Path, name: str | None = None
+) -> None:
+    """Writes the report's JSON and Markdown into `out_dir` (`report_paths`), and the run's
+    training curves unless `name` is given. Each file is whole or not there: it is written
+    beside its place and renamed into it. A write that fails (a full disk) is a
+    `ReportWriteError` naming `out_dir` and the fix."""
+    json_path, md_path = report_paths(out_dir, name)
+    try:
+        _write_atomically(json_path, json.dumps(report, indent=2, ensure_ascii=False))
+        _write_atomically(md_path, format_report(report))
         metrics = workdir / METRICS_FILE
         if name is None and metrics.is_file():
+            temporary = out_dir / f".tmp.{CURVES_PNG}"  # ends in .png: matplotlib's format
             try:
-                plot_training_curves(metrics, out_dir / CURVES_PNG)
+                plot_training_curves(metrics, temporary)
+                os.replace(temporary, out_dir / CURVES_PNG)
                 report["curves"] = str(out_dir / CURVES_PNG)
             except ValueError:  # a log without loss/BLEU fields: nothing to draw
                 pass
-    return report
+            finally:
+                temporary.unlink(missing_ok=True)
+    except OSError as error:
+        raise ReportWriteError(
+            f"the report was computed but cannot be written into {out_dir} "
+            f"({first_line(error)}); free space there, or write it elsewhere with report_dir "
+            "(evaluate: --report_dir=DIR), and run again.",
+            report,
+        ) from error
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """`path.write_text(text)` through a temporary file renamed over it: a failed write (a
+    full disk) leaves the old file, or none, never a truncated one."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def check_writable(directory: str | Path) -> None:
