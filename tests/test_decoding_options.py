@@ -26,8 +26,10 @@ def test_defaults_come_from_the_table():
         ("top_k", -1, "top_k must be an integer >= 0"),
         ("top_p", 0.0, "top_p must be a number in (0, 1]"),
         ("top_p", 1.5, "top_p must be a number in (0, 1]"),
-        ("seed", -3, "seed must be an integer >= 0"),
-        ("seed", True, "seed must be an integer >= 0"),
+        ("seed", -3, "seed must be an integer in [0, 2**32)"),
+        ("seed", True, "seed must be an integer in [0, 2**32)"),
+        # Sampling keys take a uint32: 2**32 passed the check, then overflowed in decoding.
+        ("seed", 2**32, "seed must be an integer in [0, 2**32), got 4294967296"),
         ("prefix", 3, "prefix must be None, a string or a list of strings"),
     ],
 )

@@ -63,10 +63,11 @@ def init_state(rows: int):
     return jnp.zeros((rows,), jnp.int32), jnp.array(0, jnp.int32)
 
 
-def brute_force(table: np.ndarray, max_len: int, alpha: float):
-    """All hypotheses (ending in <eos>, or cut at max_len) with log P / lp(len), best first."""
+def brute_force(table: np.ndarray, max_len: int, alpha: float, min_len: int = 1):
+    """All hypotheses (ending in <eos>, or cut at max_len) with log P / lp(len), best first;
+    <eos> only after min_len words (the searches' default 1: never a lone <eos>)."""
     out = []
-    for n in range(max_len + 1):
+    for n in range(min_len, max_len + 1):
         for words in itertools.product(WORDS, repeat=n):
             seq = words if n == max_len else (*words, EOS)
             logp = sum(table[prefix_code(seq[:i]), seq[i]] for i in range(len(seq)))
@@ -74,10 +75,12 @@ def brute_force(table: np.ndarray, max_len: int, alpha: float):
     return sorted(out, key=lambda x: -x[0])
 
 
-def run_beam(table, max_len, beam, alpha, batch=1):
+def run_beam(table, max_len, beam, alpha, batch=1, min_len=1):
     step = table_step(table)
     fn = jax.jit(
-        lambda: beam_search(step, init_state(batch * beam), batch, beam, max_len, alpha=alpha)
+        lambda: beam_search(
+            step, init_state(batch * beam), batch, beam, max_len, alpha=alpha, min_len=min_len
+        )
     )
     out = fn()
     return np.asarray(out.tokens), np.asarray(out.scores)
@@ -90,22 +93,23 @@ def test_length_penalty_formula():
     assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("min_len", [0, 1])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_wide_beam_equals_brute_force_n_best(alpha):
+def test_wide_beam_equals_brute_force_n_best(alpha, min_len):
     """With W at least the number of live candidates, beam search is exhaustive: its n-best
     list must be exactly the enumerated ranking (tokens and scores, best first)."""
     max_len = 3
     table = random_table(seed=1, max_len=max_len)
-    ranked = brute_force(table, max_len, alpha)  # 1 + 2 + 4 + 8 = 15 hypotheses
-    assert len(ranked) == 15
-    tokens, scores = run_beam(table, max_len, beam=16, alpha=alpha)
+    ranked = brute_force(table, max_len, alpha, min_len)  # (1 +) 2 + 4 + 8 hypotheses
+    assert len(ranked) == 15 - min_len
+    tokens, scores = run_beam(table, max_len, beam=16, alpha=alpha, min_len=min_len)
     for w, (score, seq) in enumerate(ranked):
         got = tokens[0, w]
         assert list(got[: len(seq)]) == list(seq), (w, got, seq)
         assert np.all(got[len(seq) :] == PAD)
         assert scores[0, w] == pytest.approx(score, rel=1e-5)
-    assert scores[0, 15] == -np.inf  # only 15 hypotheses exist: an empty slot
-    assert np.all(np.diff(scores[0, :15]) <= 0)  # n-best ordering
+    assert np.all(scores[0, len(ranked) :] == -np.inf)  # no more hypotheses: empty slots
+    assert np.all(np.diff(scores[0, : len(ranked)]) <= 0)  # n-best ordering
 
 
 def test_beam_finds_the_best_sequence_greedy_misses():
@@ -141,9 +145,9 @@ def test_length_penalty_changes_the_winner():
         max_len,
     )
     # log P: <eos> = log 0.3 = -1.20 (len 1); A B <eos> = log 0.28 = -1.27 (len 3).
-    short, _ = run_beam(table, max_len, beam=4, alpha=0.0)
+    short, _ = run_beam(table, max_len, beam=4, alpha=0.0, min_len=0)
     assert list(short[0, 0][:1]) == [EOS]
-    long, _ = run_beam(table, max_len, beam=4, alpha=1.0)
+    long, _ = run_beam(table, max_len, beam=4, alpha=1.0, min_len=0)
     assert list(long[0, 0]) == [A, B, EOS]
 
 
@@ -164,7 +168,8 @@ def test_greedy_stops_at_eos_and_pads_after():
 
 
 def test_eos_rows_stop_while_others_continue_in_a_batch():
-    """Row 0 ends at once; row 1 never emits <eos> and runs to max_len."""
+    """Row 0 ends at once (min_len 0 allows it); row 1 never emits <eos> and runs to
+    max_len."""
     max_len = 5
 
     def step(tokens, state):
@@ -172,10 +177,10 @@ def test_eos_rows_stop_while_others_continue_in_a_batch():
         logits = jnp.where(row[:, None] == 0, jax.nn.one_hot(EOS, V), jax.nn.one_hot(A, V))
         return logits * 10.0, state
 
-    out = np.asarray(greedy_search(step, (), 2, max_len))
+    out = np.asarray(greedy_search(step, (), 2, max_len, min_len=0))
     assert list(out[0]) == [EOS, PAD, PAD, PAD, PAD]
     assert list(out[1]) == [A] * max_len
-    result = beam_search(step, (), 2, 1, max_len, alpha=0.6)
+    result = beam_search(step, (), 2, 1, max_len, alpha=0.6, min_len=0)
     np.testing.assert_array_equal(np.asarray(result.tokens)[:, 0], out)
 
 

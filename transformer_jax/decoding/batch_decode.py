@@ -7,21 +7,29 @@ Text never reaches this module: `inference.Translator` encodes sentences with da
 `encode_text` (ids + `<eos>`, as in training) and decodes the ids it gets back here.
 
 Sources are never cut: only a model with a learned position table has a hard limit (a clear
-error). The output budget follows the source, as fairseq's `--max-len-a/b`: at most
-`max_len_a · W + max_len_b` tokens, W the batch's longest source rounded up to a multiple of
-8. Sources are sorted by length so a batch holds similar lengths, and returned in the input
-order.
+error). Each source's output budget follows its own length, as fairseq's `--max-len-a/b`: at
+most `max_len_a · W + max_len_b` tokens, W the source's length rounded up to a multiple of 8,
+never the other sources' of its batch (the search ends each row at its own budget), so a
+sentence translates the same alone or in any batch. A source longer than any the model was
+trained on is still translated whole (`inference.source_ids`), but its output is capped at
+the budget of a source `LONG_SOURCE_FACTOR` times the longest trained one (`output_cap`): a
+model trained on sentences of up to 64 tokens, given one word of 5,000 letters, otherwise
+wrote 10,400 characters of "Épaaaa…" for a 10,000-token budget. Sources are sorted by length
+so a batch holds similar lengths, and returned in the input order.
 
 Each padded shape is one XLA program, which on an accelerator costs tens of seconds to
-compile against milliseconds to run, so few shapes: a batch is padded to one of the
-program widths 16, 64, 256, ... (`program_width`), and its budget is an argument of the
-program (the search stops there), not a shape: the program's own output room is the budget
-of its width. A call with at least `batch_size` sentences pads every batch, the last too, to
-`batch_size` rows; a smaller call (a few lines to translate, a server's batch) to a power of
-two up to 8 rows, then to a multiple of 8 (`call_rows`). So a test
-split of sentences up to 64 tokens decodes with two programs (one per width; four with
-widths rounded to 8 before). The padding costs little: the search stops when every
-hypothesis has ended and beam search grows its cache with the output
+compile against milliseconds to run, so few shapes: a batch is padded to one of the program
+widths 16, 64, 256, ... (`program_width`), and its rows' budgets are an argument of the
+program (the search ends each row there), not a shape: the program's own output room is the
+budget of its width. Above 1,024 tokens, widths are multiples of 1,024 (not 4,096, 16,384: a
+5,000-token source would pad to 16,384), and a batch of such wide sources holds few rows
+(`rows_for_width`), so the encoder's attention, rows x width², stays within that of a full
+batch of 256-token sources. A call with at least `batch_size` sentences pads every batch,
+the last too, to `batch_size` rows (or the fewer of its width); a smaller call (a few lines
+to translate, a server's batch) to a power of two up to 8 rows, then to a multiple of 8
+(`call_rows`). So a test split of sentences up to 64 tokens decodes with two programs (one
+per width; four with widths rounded to 8 before). The padding costs little: the search stops
+when every hypothesis has ended and beam search grows its cache with the output
 (`model_decode`), so only the encoder and the cross-attention see the wider source.
 
 Devices: a call's batches are split over the local devices (`runtime.cpu_devices` gives a
@@ -52,10 +60,17 @@ from transformer_jax.decoding import compile_only, model_decode
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.nn import ModelConfig
 
-# Output budgets follow the longest source rounded up to a multiple of this.
+# Output budgets follow the source length rounded up to a multiple of this.
 LENGTH_BUCKET = 8
-# Program widths: the smallest of FIRST_WIDTH * WIDTH_FACTOR**k that holds the batch.
-FIRST_WIDTH, WIDTH_FACTOR = 16, 4
+# Program widths: the smallest of FIRST_WIDTH * WIDTH_FACTOR**k that holds the batch, up to
+# WIDE_STEP; wider batches are padded to a multiple of WIDE_STEP.
+FIRST_WIDTH, WIDTH_FACTOR, WIDE_STEP = 16, 4, 1024
+# A batch's rows x width² (encoder attention scores per head) stays within this: a full batch
+# (64 rows) of width 256 (`rows_for_width`).
+ATTENTION_CELLS = 64 * 256 * 256
+# Without a fixed max_decode_len, no output is longer than the budget of a source this many
+# times the longest the model was trained on (`output_cap`).
+LONG_SOURCE_FACTOR = 4
 # A call of fewer sentences than its batch size pads to a power of two up to this, then to a
 # multiple of it (`call_rows`).
 ROW_STEP = 8
@@ -77,34 +92,61 @@ def output_budget(
     max_len_b: int,
     max_decode_len: int | None = None,
     position_limit: int | None = None,
+    cap: int | None = None,
 ) -> int:
     """Most tokens to generate for sources of `src_width` tokens (with `<eos>`).
 
     `max_decode_len` if given, else ceil(a·S + b) rounded up to a multiple of LENGTH_BUCKET
-    (one compilation per rounded budget); within a learned position table's limit.
+    and at most `cap` (`output_cap`); within a learned position table's limit either way.
     """
     if max_decode_len:
         length = int(max_decode_len)
     else:
         length = round_up(max(1, math.ceil(max_len_a * src_width + max_len_b)), LENGTH_BUCKET)
+        length = min(length, cap) if cap is not None else length
     return min(length, position_limit) if position_limit is not None else length
+
+
+def output_cap(trained_len: int | None, *, max_len_a: float, max_len_b: int) -> int | None:
+    """The most tokens any output may get from the a·S + b rule: the budget of a source
+    `LONG_SOURCE_FACTOR` times `trained_len` (the longest training source with `<eos>`;
+    None: no cap). A longer source is translated whole, as `inference.source_ids` notes,
+    but its output stops there (noted too: `inference.notes.cut_note`)."""
+    if not trained_len:
+        return None
+    return output_budget(LONG_SOURCE_FACTOR * trained_len, max_len_a=max_len_a, max_len_b=max_len_b)
 
 
 def program_width(longest: int, position_limit: int | None = None) -> int:
     """The padded source width of a batch whose longest source has `longest` tokens:
-    16, 64, 256, ... (few programs), at most a learned position table's `position_limit`."""
+    16, 64, 256, 1024 (few programs), then multiples of 1024; at most a learned position
+    table's `position_limit`."""
     width = FIRST_WIDTH
-    while width < longest:
+    while width < min(longest, WIDE_STEP):
         width *= WIDTH_FACTOR
+    width = max(width, round_up(longest, WIDE_STEP)) if longest > WIDE_STEP else width
     return min(width, position_limit) if position_limit is not None else width
+
+
+def rows_for_width(width: int) -> int:
+    """The most rows of a batch of program width `width`: 64 up to width 256, then fewer so
+    that rows x width² <= ATTENTION_CELLS (4 at 1024, 1 from 2048): one 5,000-token word
+    must not pad into a batch of 64 rows (550 GB asked for)."""
+    return max(1, ATTENTION_CELLS // (width * width))
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of sources of `lengths`, sorted by length (stable), in batches of at most
-    `batch_size`: the batches `decode_ids` decodes (each with its longest source's output
-    budget), and the CTranslate2 engine too, so both give a source the same budget."""
+    `batch_size` rows, and of at most `rows_for_width` rows of wide sources: the batches
+    `decode_ids` decodes, and the CTranslate2 engine too."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for i in order:  # i is the longest so far: its width bounds the batch's rows
+        most = min(batch_size, rows_for_width(program_width(lengths[i])))
+        if not batches or len(batches[-1]) >= most:
+            batches.append([])
+        batches[-1].append(i)
+    return batches
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -172,6 +214,7 @@ def decode_ids(
     max_len_b: int,
     batch_size: int,
     alpha: float,
+    trained_len: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     params_cache: MutableMapping[Any, Any] | None = None,
 ) -> list[np.ndarray]:
@@ -181,9 +224,10 @@ def decode_ids(
     `Translator` resolves them from its run config).
 
     `model_config` and `params` may be tuples: an ensemble (`model_decode`).
-    Each batch may generate `output_budget(W)` tokens, W its longest source rounded up to a
-    multiple of 8 (see the module docstring). Returns one (L,) array per source (the best
-    hypothesis: `<eos>` then `<pad>`), L the budget of the batch's program width.
+    Each source may generate `output_budget(W)` tokens, W its own length rounded up to a
+    multiple of 8, at most `output_cap(trained_len)` (see the module docstring). Returns one
+    (L,) array per source (the best hypothesis: `<eos>` then `<pad>`; no `<eos>` when cut at
+    its budget), L the budget of the batch's program width.
     `progress(done, total)` is called after each batch with the sources decoded so far.
     `params_cache`: a dict kept by the caller for the weights placed on each mesh, for
     calls with these same `params` only (module docstring).
@@ -193,7 +237,7 @@ def decode_ids(
     call = _Call.start(
         model_config, params, sources, batch_size=batch_size, hypotheses=beam_size,
         max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
-        params_cache=params_cache,
+        trained_len=trained_len, params_cache=params_cache,
     )  # fmt: skip
 
     def decode(batch: _Batch) -> np.ndarray:
@@ -204,8 +248,7 @@ def decode_ids(
             alpha=float(alpha),
             mesh=call.mesh,
         )
-        length = call.budget(min(round_up(batch.longest, LENGTH_BUCKET), batch.width))
-        return np.asarray(decoder(call.params, batch.src, batch.src_len, length))
+        return np.asarray(decoder(call.params, batch.src, batch.src_len, call.row_limits(batch)))
 
     # One program per width: several compile at once, not each when its width comes.
     compile_only.ahead(lambda: call.first_per_width(sources, batch_size), decode)
@@ -233,7 +276,8 @@ class _Batch(NamedTuple):
 class _Call(NamedTuple):
     """What the batches of one `decode_ids`/`decode_nbest` call share: the decode config,
     its position limit, the mesh and rows of every batch (`_call_mesh`), the weights placed
-    on that mesh, and the output budget of a program width."""
+    on that mesh, and the output budget of a source width (that of a program width is the
+    room of its program)."""
 
     cfg: Any
     limit: int | None
@@ -254,6 +298,7 @@ class _Call(NamedTuple):
         max_len_a: float,
         max_len_b: int,
         max_decode_len: int | None,
+        trained_len: int | None = None,
         params_cache: MutableMapping[Any, Any] | None = None,
     ) -> _Call:
         """Checks the call (batch_size, every source within the position table) and places
@@ -275,6 +320,7 @@ class _Call(NamedTuple):
             max_len_b=max_len_b,
             max_decode_len=max_decode_len,
             position_limit=limit,
+            cap=output_cap(trained_len, max_len_a=max_len_a, max_len_b=max_len_b),
         )
         # Replicated on every device once a call (or kept for later calls): not per batch.
         return cls(cfg, limit, mesh, num_rows, _placed(params, mesh, params_cache), budget)
@@ -296,17 +342,31 @@ class _Call(NamedTuple):
     ) -> Iterator[_Batch]:
         """The sources sorted by length into padded batches; `progress(done, total)` after
         each batch is decoded (when the caller asks for the next)."""
-        for k, chunk in enumerate(sorted_batches([len(row) for row in sources], batch_size)):
+        done = 0
+        for chunk in sorted_batches([len(row) for row in sources], batch_size):
             yield self._batch(sources, chunk)
+            done += len(chunk)
             if progress is not None:
-                progress(k * batch_size + len(chunk), len(sources))
+                progress(done, len(sources))
+
+    def row_limits(self, batch: _Batch, least: Sequence[int] | None = None) -> np.ndarray:
+        """(R,) each row's own output budget: its source's (`output_budget`), at least its
+        `least` (a forced prefix's room); 1 for filler rows, which end at once."""
+        limits = np.ones((len(batch.src_len),), np.int32)
+        for r in range(len(batch.chunk)):
+            own = self.budget(round_up(int(batch.src_len[r]), LENGTH_BUCKET))
+            limits[r] = max(own, least[r] if least is not None else 0)
+        return limits
 
     def _batch(self, sources: Sequence[Sequence[int]], chunk: list[int]) -> _Batch:
-        """The sources of `chunk` padded to the call's rows and their program width."""
+        """The sources of `chunk` padded to their program width and the call's rows (fewer
+        for wide sources: `rows_for_width`, rounded up to a multiple of the devices)."""
         rows = [list(sources[i]) for i in chunk]
         longest = max(map(len, rows))
         width = program_width(longest, self.limit)
-        src, src_len = pad_batch(rows, self.num_rows, width)
+        devices = self.mesh.devices.size
+        num_rows = min(self.num_rows, round_up(rows_for_width(width), devices))
+        src, src_len = pad_batch(rows, max(num_rows, len(rows)), width)
         return _Batch(chunk, src, src_len, longest, width)
 
 
@@ -347,13 +407,16 @@ def decode_nbest(
     progress: Callable[[int, int], None] | None = None,
     sample_ids: Sequence[int] | Sequence[Sequence[int]] | np.ndarray | None = None,
     params_cache: MutableMapping[Any, Any] | None = None,
+    trained_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """`decode_ids` with every `DecodeOptions`: the n-best of each source, best first.
 
     options: search (beam_size, alpha) or sampling (temperature > 0, top_k, top_p, seed:
       source i's samples depend on the seed and sample_ids[i] only, not on its batch), nbest.
     prefixes: forced first target ids per source (no `<eos>`; [] = none). Without a fixed
-      `max_decode_len`, the output budget is at least the prefix and `max_len_b` more tokens.
+      `max_decode_len`, a source's output budget is at least its prefix and `max_len_b` more
+      tokens.
+    trained_len: the longest training source, for `output_cap` (as `decode_ids`').
     sample_ids: each source's random identity when sampling: (num_sources,) or
       (num_sources, K) whole numbers >= 0 (`sampling.row_keys`); default its index.
     params_cache: as `decode_ids`'.
@@ -367,20 +430,22 @@ def decode_nbest(
         model_config, params, sources, batch_size=batch_size,
         hypotheses=options.nbest if options.sampling else options.beam_size,
         max_len_a=max_len_a, max_len_b=max_len_b, max_decode_len=max_decode_len,
-        params_cache=params_cache,
+        trained_len=trained_len, params_cache=params_cache,
     )  # fmt: skip
-    limit, num_rows = call.limit, call.num_rows
+    limit = call.limit
     out: list[list[Hypothesis]] = [[] for _ in sources]
     forced = any(prefixes)
     ids = _sample_ids(sample_ids, len(sources))  # (num_sources, K)
     for batch in call.batches(sources, batch_size, progress):
-        chunk, width = batch.chunk, batch.width
+        chunk, width, num_rows = batch.chunk, batch.width, len(batch.src_len)
         longest_prefix = max(len(prefixes[i]) for i in chunk)
-        # Without a fixed max_decode_len, room for the prefix and max_len_b tokens after it.
-        least = longest_prefix + max_len_b if longest_prefix and not max_decode_len else 0
-        room = max(call.budget(width), round_up(least, LENGTH_BUCKET))
+        # Without a fixed max_decode_len, room for each prefix and max_len_b tokens after it.
+        least = [
+            len(prefixes[i]) + max_len_b if prefixes[i] and not max_decode_len else 0 for i in chunk
+        ]
+        room = max(call.budget(width), round_up(max(least), LENGTH_BUCKET))
         room = min(room, limit) if limit is not None else room
-        length = max(call.budget(min(round_up(batch.longest, LENGTH_BUCKET), width)), least)
+        lengths = np.minimum(call.row_limits(batch, least), room)  # (R,) each row's own
         prefix = None
         if forced:
             prefix = np.zeros((num_rows, round_up(max(1, longest_prefix), LENGTH_BUCKET)), np.int32)
@@ -401,7 +466,7 @@ def decode_nbest(
             call.params,
             batch.src,
             batch.src_len,
-            limit=min(length, room),
+            limit=lengths,
             alpha=options.alpha,
             temperature=options.temperature if options.sampling else 1.0,
             top_k=options.top_k,

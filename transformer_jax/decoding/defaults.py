@@ -25,9 +25,10 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         # Beam length penalty exponent: hypotheses rank by log P / ((5 + len) / 6)^alpha (GNMT,
         # Wu et al. 2016); 0 = plain log P.
         "alpha": 0.6,
-        # Output budget per decoding batch, as fairseq's --max-len-a/b: at most a·W + b tokens, W
-        # the batch's source width (its longest source with <eos>, rounded up to 8: one compiled
-        # program per width), so a long sentence is never cut by a training-time cap.
+        # Output budget of each sentence, as fairseq's --max-len-a/b: at most a·W + b tokens, W
+        # its own length with <eos> rounded up to 8 (never its batch's), so a long sentence is
+        # not cut by a training-time cap; at most the budget of a source 4x trained_len
+        # (`batch_decode.output_cap`), so a runaway one is.
         "max_len_a": 2.0,
         "max_len_b": 10,
         "max_decode_len": None,  # a fixed budget instead of a·W + b (a run config writes 0)

@@ -110,7 +110,8 @@ def greedy_decode(
 ) -> Array:
     """src (B, S), src_len (B,) -> generated ids (B, L), `<eos>` kept, then `<pad>`.
 
-    `limit` (traced, <= L = `max_decode_len`) stops earlier without another compilation.
+    `limit` (traced, <= L = `max_decode_len`; a scalar or (B,), each row's own) stops
+    earlier without another compilation. `<eos>` is never the first token (`search`).
     `use_cache=False` recomputes the decoder over the prefix at every step (the reference);
     `grow_cache=True` grows the cache with the output as beam search does (module docstring).
     `prefix` (B, P): forced first tokens, `<pad>` past each row's (`search.forced_tokens`).
@@ -151,8 +152,8 @@ def beam_decode(
 ) -> search.BeamResult:
     """src (B, S), src_len (B,) -> n-best tokens (B, W, L) and scores (B, W), best first.
 
-    `limit` (traced, <= L = `max_decode_len`) cuts hypotheses earlier, and `prefix` forces
-    the first tokens, as in `greedy_decode`.
+    `limit` (traced, <= L = `max_decode_len`; a scalar or (B,), each sentence's own) cuts
+    hypotheses earlier, and `prefix` forces the first tokens, as in `greedy_decode`.
     """
     _check_members(config, params, max_decode_len)
     if beam_size < 1:
@@ -228,13 +229,14 @@ def nbest_decode(
     _check_members(config, params, max_decode_len)
     b = src.shape[0]
     pad_id = _pad_id(config)
-    limit_ = max_decode_len if limit is None else jnp.minimum(limit, max_decode_len)
+    limit_ = search.row_limits(limit, max_decode_len, b)  # (B,)
     if sampling or beam_size == 1:
         rows = nbest if sampling else 1
         step, state, grow = _step_and_state(
             config, params, src, src_len, max_decode_len, rows, use_cache, False
         )
         tiled_prefix = None if prefix is None else search.tile_beams(prefix, rows)
+        tiled_limit = search.tile_beams(limit_, rows)  # (B·N,): a sample ends at its own
         if sampling:
             ids = jnp.arange(b, dtype=jnp.int32) if row_ids is None else row_ids
             ids = search.tile_beams(jnp.reshape(ids, (b, -1)), rows)  # (B·N, K)
@@ -251,7 +253,7 @@ def nbest_decode(
                 top_k=top_k,
                 top_p=top_p,
                 grow=grow,
-                limit=limit,
+                limit=tiled_limit,
                 prefix=tiled_prefix,
                 pad_id=pad_id,
             )
@@ -263,13 +265,13 @@ def nbest_decode(
                 max_decode_len,
                 lambda logits, i: search.first_argmax(logits),
                 grow=grow,
-                limit=limit,
+                limit=tiled_limit,
                 prefix=tiled_prefix,
                 pad_id=pad_id,
             )
         tokens = tokens.reshape(b, rows, max_decode_len)  # (B, N, L)
         log_probs = log_probs.reshape(b, rows)
-        lengths = search.hypothesis_lengths(tokens, limit_)
+        lengths = search.hypothesis_lengths(tokens, limit_[:, None])  # (B, N)
         scores = log_probs / search.length_penalty(lengths, alpha)  # (B, N)
         order = jnp.argsort(-scores, axis=1, stable=True)  # best first
         tokens = jnp.take_along_axis(tokens, order[:, :, None], axis=1)
@@ -286,12 +288,12 @@ def nbest_decode(
         beam_size=beam_size,
         max_decode_len=max_decode_len,
         alpha=alpha,
-        limit=limit,
+        limit=limit_,
         prefix=prefix,
         use_cache=use_cache,
     )
     tokens, scores = result.tokens[:, :nbest], result.scores[:, :nbest]
-    lengths = search.hypothesis_lengths(tokens, limit_)
+    lengths = search.hypothesis_lengths(tokens, limit_[:, None])
     return NBest(tokens, scores * search.length_penalty(lengths, alpha), scores)
 
 
@@ -313,8 +315,9 @@ def sharded_decoder(
     """A jitted fn(params, src (B, S), src_len (B,), limit=None) -> tokens, the batch split
     over devices.
 
-    `limit` (an int <= `max_decode_len`, default it) is an argument of the one compiled
-    program, so batches with other output budgets up to `max_decode_len` reuse it. Each
+    `limit` (each row's most tokens, (B,) or one int for all, <= `max_decode_len`, default
+    it) is an argument of the one compiled program, so batches with other output budgets up
+    to `max_decode_len` reuse it. Each
     device decodes its B / devices rows independently (`shard_map`, no collectives), so its
     while-loop stops as soon as its own rows are done. B must be divisible by the number of
     devices. Returns (B, L) for beam_size 1 (greedy) and (B, W, L) n-best tokens otherwise
@@ -343,14 +346,14 @@ def sharded_decoder(
         jax.shard_map(
             per_device,
             mesh=mesh,
-            in_specs=(PartitionSpec(), data, data, PartitionSpec()),
+            in_specs=(PartitionSpec(), data, data, data),
             out_specs=data,
             check_vma=False,
         )
     )
 
-    def decode(params: Any, src: Array, src_len: Array, limit: int | None = None) -> Array:
-        limit = np.int32(max_decode_len if limit is None else limit)
+    def decode(params: Any, src: Array, src_len: Array, limit: Any = None) -> Array:
+        limit = _row_limits(max_decode_len if limit is None else limit, src.shape[0])
         return compile_only.call(mapped, params, src, src_len, limit)
 
     return decode
@@ -367,10 +370,11 @@ def sharded_nbest_decoder(
     forced: bool,
     mesh: Mesh | None = None,
 ):
-    """`sharded_decoder` for `nbest_decode`: a jitted fn(params, src (B, S), src_len (B,),
-    limit, alpha, temperature, top_k, top_p, seed, row_ids (B,) or (B, K), prefix (B, P) or
-    None) -> `NBest`, the batch split over devices. Every number is traced (one program for
-    all their values); `forced` says whether a prefix is given (a program with the forcing)."""
+    """`sharded_decoder` for `nbest_decode`: a jitted fn(params, src (B, S), src_len (B,), limit
+    (B,) or one int, alpha, temperature, top_k, top_p, seed, row_ids (B,) or (B, K), prefix (B,
+    P) or None) -> `NBest`, the batch split over devices. Every number is traced (one program
+    for all their values); `forced` says whether a prefix is given (a program with the
+    forcing)."""
     mesh = mesh or local_mesh()
     data, shared = PartitionSpec(DATA_AXIS), PartitionSpec()
 
@@ -400,7 +404,7 @@ def sharded_nbest_decoder(
         jax.shard_map(
             per_device,
             mesh=mesh,
-            in_specs=(shared, data, data, *[shared] * 6, data, data),
+            in_specs=(shared, data, data, data, *[shared] * 5, data, data),
             out_specs=NBest(data, data, data),
             check_vma=False,
         )
@@ -416,7 +420,7 @@ def sharded_nbest_decoder(
             params,
             src,
             src_len,
-            np.int32(limit),
+            _row_limits(limit, src.shape[0]),
             np.float32(alpha),
             np.float32(temperature),
             np.int32(top_k),
@@ -427,3 +431,8 @@ def sharded_nbest_decoder(
         )
 
     return decode
+
+
+def _row_limits(limit: Any, rows: int) -> np.ndarray:
+    """Each row's most tokens as the programs take them: an int or (B,) -> (B,) int32."""
+    return np.broadcast_to(np.asarray(limit, np.int32), (rows,)).copy()

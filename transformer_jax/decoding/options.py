@@ -20,7 +20,8 @@ Fields:
   top_k: sample among the k most probable tokens (0 = all).
   top_p: sample among the smallest set of most probable tokens whose probability reaches
     top_p (nucleus sampling, Holtzman et al. 2020); 1.0 = all.
-  seed: the random seed of sampling: the same seed, inputs and settings give the same output.
+  seed: the random seed of sampling, 0 <= seed < 2**32: the same seed, inputs and settings
+    give the same output.
   prefix: the forced start of every translation (text, encoded by the target tokenizer), or a
     sequence of one per sentence (None or "" = none); the search continues after it.
 """
@@ -98,7 +99,8 @@ class DecodeOptions:
         )
         _check_int("top_k", self.top_k, "an integer >= 0 (0 = every token)", low=0)
         _check_real("top_p", self.top_p, "a number in (0, 1] (1 = every token)", _unit)
-        _check_int("seed", self.seed, "an integer >= 0", low=0)
+        # Sampling keys are made from a uint32 (`sampling.row_keys`), as are CTranslate2's.
+        _check_int("seed", self.seed, "an integer in [0, 2**32)", low=0, high=2**32)
         if not self.sampling and self.nbest > self.beam_size:
             raise ValueError(
                 f"nbest={self.nbest} is more than beam_size={self.beam_size}: beam search "
@@ -146,8 +148,10 @@ class Hypotheses:
         return self.texts[0]
 
 
-def _check_int(name: str, value: Any, allowed: str, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+def _check_int(name: str, value: Any, allowed: str, *, low: int, high: int | None = None) -> None:
+    """A ValueError unless value is an int (not a bool) with low <= value < high."""
+    bad = isinstance(value, bool) or not isinstance(value, int) or value < low
+    if bad or (high is not None and value >= high):
         raise ValueError(f"{name} must be {allowed}, got {value!r}.")
 
 

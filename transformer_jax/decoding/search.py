@@ -14,6 +14,11 @@ host syncs per token, and it exits as soon as every row is done. Given a `grow` 
 loop runs in segments over a state that grows between them (`cache_lengths`): a decoder cache
 then holds 32, 64, ... positions instead of all L from the first step, so early steps attend
 to (and beam search reorders) a short cache.
+
+Each row (greedy, sampling) or sentence (beam search) has its own `limit`: it ends there as if
+by `<eos>`, so its output never depends on the other rows of its batch. As fairseq's default
+`min_len=1`, `<eos>` cannot be the first token: a non-empty source never gets an empty output
+(callers never decode empty sources).
 """
 
 from __future__ import annotations
@@ -42,6 +47,26 @@ def length_penalty(length: Array | int, alpha: Array | float, xp: Any = jnp) -> 
     CTranslate2 engine re-ranks its hypotheses with this penalty), in float32 either way.
     """
     return ((5.0 + xp.asarray(length, xp.float32)) / 6.0) ** alpha
+
+
+def row_limits(limit: Array | int | None, max_len: int, rows: int) -> Array:
+    """Each row's most tokens, at most L = max_len: a scalar or (rows,) -> (rows,) int32."""
+    if limit is None:
+        return jnp.full((rows,), max_len, jnp.int32)
+    limit = jnp.broadcast_to(jnp.asarray(limit, jnp.int32), (rows,))
+    return jnp.minimum(limit, max_len)
+
+
+def no_early_eos(logits: Array, i: Array, min_len: int, eos_id: int = EOS_ID) -> Array:
+    """(N, V) logits (or log-probabilities) with `<eos>` at -inf while step i < min_len.
+
+    fairseq's default min_len=1: the most probable first token of a short, odd source (a
+    lone "I", "<pad>" as text) was `<eos>`, an empty translation of a non-empty input.
+    """
+    if min_len < 1:
+        return logits
+    is_eos = jnp.arange(logits.shape[-1]) == eos_id  # (V,)
+    return jnp.where((i < min_len) & is_eos, NEG_INF, logits)
 
 
 def first_argmax(logits: Array) -> Array:
@@ -110,6 +135,7 @@ def greedy_search(
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
     prefix: Array | None = None,
+    min_len: int = 1,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -123,10 +149,12 @@ def greedy_search(
       max_len: L, the most tokens generated per row (`<eos>` included).
       grow: if given, decode in `cache_lengths(L)` segments, growing `state` before each;
         `state` then starts with room for at most the first segment's positions.
-      limit: the most tokens to generate, <= L; a traced int32 scalar may set it per call,
-        so one compiled program (shapes of L) serves every budget up to L. Default L.
+      limit: the most tokens to generate, <= L: a scalar, or (B,) one per row (a row that
+        reaches its own limit ends there, as by `<eos>`); traced, so one compiled program
+        (shapes of L) serves every budget up to L. Default L.
       prefix: (B, P) int32 forced first tokens per row, `<pad>` where a row's prefix has
         ended (see `forced_tokens`); the search continues after them.
+      min_len: steps before `<eos>` may be picked (module docstring; 0 = from the first).
 
     Returns:
       (B, L) int32 generated ids: `<eos>` is kept, positions after it hold `<pad>`.
@@ -140,6 +168,7 @@ def greedy_search(
         grow=grow,
         limit=limit,
         prefix=prefix,
+        min_len=min_len,
         scored=False,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -169,19 +198,23 @@ def extend_rows(
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
     prefix: Array | None = None,
+    min_len: int = 1,
     scored: bool = True,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
 ) -> tuple[Array, Array]:
     """One hypothesis per row, extended by `pick(logits, i)` (greedy: the arg-max; sampling:
-    a draw) after any forced `prefix` tokens, until `<eos>` or `limit` tokens.
+    a draw) after any forced `prefix` tokens, until `<eos>` or the row's `limit` tokens
+    (scalar or (B,)); `pick` never sees `<eos>` before step `min_len`.
 
     Returns (tokens (B, L) as `greedy_search`'s, log P (B,) of each row's tokens under the
     step function's distribution, `<eos>` included; zeros when not `scored`, which saves a
-    log-softmax per step).
+    log-softmax per step). As fairseq's, log P is not renormalised for the `<eos>` that
+    `min_len` rules out.
     """
-    limit = max_len if limit is None else jnp.minimum(jnp.asarray(limit, jnp.int32), max_len)
+    limit = row_limits(limit, max_len, batch_size)  # (B,)
+    longest = jnp.max(limit)
     tokens = jnp.full((batch_size, max_len), pad_id, jnp.int32)  # (B, L)
     last = jnp.full((batch_size,), bos_id, jnp.int32)  # (B,)
     finished = jnp.zeros((batch_size,), bool)  # (B,)
@@ -190,12 +223,12 @@ def extend_rows(
 
     def cond(carry):
         i, _, _, finished, _, _ = carry
-        return (i < limit) & ~jnp.all(finished)
+        return (i < longest) & ~jnp.all(finished)
 
     def body(carry):
         i, last, tokens, finished, log_prob, state = carry
         logits, state = step_fn(last, state)  # (B, V)
-        nxt = pick(logits, i)  # (B,)
+        nxt = pick(no_early_eos(logits, i, min_len, eos_id), i)  # (B,)
         token, forced = forced_tokens(prefix, i, pad_id)
         if prefix is not None:
             nxt = jnp.where(forced, token, nxt)
@@ -206,7 +239,8 @@ def extend_rows(
             step_logp = jnp.take_along_axis(logp, nxt[:, None], axis=1)[:, 0]  # (B,)
             log_prob = log_prob + jnp.where(finished, 0.0, step_logp)
         tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (0, i))
-        finished = finished | (nxt == eos_id)
+        # A row that reached its own limit is done, as if it had said <eos>.
+        finished = finished | (nxt == eos_id) | (i + 1 >= limit)
         return i + 1, nxt, tokens, finished, log_prob, state
 
     carry = (jnp.array(0, jnp.int32), last, tokens, finished, log_prob, state)
@@ -216,7 +250,8 @@ def extend_rows(
 
 def hypothesis_lengths(tokens: Array, limit: Array | int, eos_id: int = EOS_ID) -> Array:
     """Tokens of each hypothesis, `<eos>` included: (..., L) -> (...,) int32 (the first
-    `<eos>`'s position + 1, else `limit`: a hypothesis cut at the budget)."""
+    `<eos>`'s position + 1, else `limit`, broadcast to (...,): a hypothesis cut at its
+    budget)."""
     is_eos = tokens == eos_id
     first = jnp.argmax(is_eos, axis=-1).astype(jnp.int32)
     return jnp.where(jnp.any(is_eos, axis=-1), first + 1, jnp.asarray(limit, jnp.int32))
@@ -310,6 +345,7 @@ def beam_search(
     grow: GrowFn | None = None,
     limit: Array | int | None = None,
     prefix: Array | None = None,
+    min_len: int = 1,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
@@ -331,7 +367,8 @@ def beam_search(
       beam_size: W.
       max_len: L, the most tokens generated per hypothesis (`<eos>` included).
       alpha: α ≥ 0 of the length penalty.
-      grow, limit: as in `greedy_search` (a hypothesis is cut at `limit` tokens).
+      grow, limit, min_len: as in `greedy_search`; limit is a scalar or (B,), one per
+        sentence: its hypotheses are cut at its own limit.
       prefix: (B, P) forced first tokens per sentence, as in `greedy_search`: while forced,
         every extension but the forced token is dropped (scores count the forced tokens'
         log-probabilities).
@@ -340,7 +377,8 @@ def beam_search(
       BeamResult with tokens (B, W, L) and scores (B, W), best first.
     """
     b, w, length = batch_size, beam_size, max_len
-    limit = length if limit is None else jnp.minimum(jnp.asarray(limit, jnp.int32), length)
+    limit = row_limits(limit, length, b)  # (B,)
+    longest = jnp.max(limit)
     alpha = jnp.asarray(alpha, jnp.float32)
     # Only beam 0 is live at the start, so the first step does not pick W copies of one token.
     live_logp = jnp.where(jnp.arange(w) == 0, 0.0, NEG_INF) * jnp.ones((b, 1))  # (B, W)
@@ -348,19 +386,20 @@ def beam_search(
     last = jnp.full((b, w), bos_id, jnp.int32)  # (B, W)
     fin_scores = jnp.full((b, w), NEG_INF, jnp.float32)  # (B, W)
     fin_seqs = jnp.full((b, w, length), pad_id, jnp.int32)  # (B, W, L)
-    best_bound_divisor = length_penalty(limit, alpha)
+    best_bound_divisor = length_penalty(limit, alpha)  # (B,)
 
     def cond(carry):
         i, live_logp, _, _, fin_scores, _, _ = carry
         best_reachable = jnp.max(live_logp, axis=1) / best_bound_divisor  # (B,)
         worst_finished = jnp.min(fin_scores, axis=1)  # (B,), -inf until W have finished
-        return (i < limit) & jnp.any(best_reachable > worst_finished)
+        return (i < longest) & jnp.any(best_reachable > worst_finished)
 
     def body(carry):
         i, live_logp, live_seqs, last, fin_scores, fin_seqs, state = carry
         logits, state = step_fn(last.reshape(b * w), state)  # (B·W, V)
         vocab = logits.shape[-1]
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, w, vocab)
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (B·W, V)
+        logp = no_early_eos(logp, i, min_len, eos_id).reshape(b, w, vocab)
         token, forced = forced_tokens(prefix, i, pad_id)  # (B,) twice
         if prefix is not None:
             other = jnp.arange(vocab)[None, None, :] != token[:, None, None]  # (B, 1, V)
@@ -371,7 +410,8 @@ def beam_search(
         seqs = jnp.take_along_axis(live_seqs, top_beam[:, :, None], axis=1)  # (B, W, L)
         seqs = jax.lax.dynamic_update_slice(seqs, top_tok[:, :, None], (0, 0, i))
 
-        ends = (top_tok == eos_id) | (i == limit - 1)  # (B, W)
+        # Past a sentence's limit its live scores are all -inf: nothing more ends or enters.
+        ends = (top_tok == eos_id) | (i == limit[:, None] - 1)  # (B, W)
         new_scores = jnp.where(ends, top_logp / length_penalty(i + 1, alpha), NEG_INF)
         all_scores = jnp.concatenate([fin_scores, new_scores], axis=1)  # (B, 2W)
         all_seqs = jnp.concatenate([fin_seqs, seqs], axis=1)  # (B, 2W, L)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from transformer_jax.decoding.batch_decode import LONG_SOURCE_FACTOR
 from transformer_jax.inference.source_ids import EncodedSources, unknown_words
 
 
@@ -24,6 +25,24 @@ def long_note(number: int, tokens: int, in_part: bool, trained_len: int | None) 
         f"note: sentence {number} has {tokens} tokens{part}, more than the longest the model "
         f"was trained on ({trained_len}): translated whole."
     )
+
+
+def cut_note(number: int, tokens: int, *, numbered_from: int = 1) -> str:
+    """Input `number`'s translation was stopped by its output budget (`tokens` generated,
+    no `<eos>`: `decoding.batch_decode.output_budget`), so it may end mid-word.
+    `numbered_from` 0 says '#i' as `source_ids`' warnings do (an index), 1 a line number."""
+    which = f"sentence #{number}" if numbered_from == 0 else f"sentence {number}"
+    return (
+        f"note: {which}'s translation was cut at {tokens} tokens, the most its length "
+        "allows (max_len_a, max_len_b or max_decode_len; at most the budget of a source "
+        f"{LONG_SOURCE_FACTOR}x the longest trained on): it may end mid-word."
+    )
+
+
+def output_notes(unfinished: dict[int, int], *, first_number: int = 1) -> list[str]:
+    """The notes on translations cut by their budget (`Translations.unfinished`), numbered
+    from `first_number` as `source_notes`'."""
+    return [cut_note(first_number + i, n) for i, n in sorted(unfinished.items())]
 
 
 def unknown_note(number: int, unknown: Sequence[str]) -> str:

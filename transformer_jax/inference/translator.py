@@ -17,6 +17,7 @@ turns raw text into that.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,9 @@ from transformer_jax.decoding.defaults import OPTION_DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.decoding.search import length_penalty
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
+from transformer_jax.inference.notes import cut_note
 from transformer_jax.inference.settings import decode_settings
-from transformer_jax.inference.source_ids import EncodedSources, encode_sources
+from transformer_jax.inference.source_ids import DecodingWarning, EncodedSources, encode_sources
 from transformer_jax.nn import ModelConfig
 from transformer_jax.workdir.params import load_params
 
@@ -49,7 +51,9 @@ class Translations:
     an empty one), `<eos>` then `<pad>` (for a cut input: its target_ids then `<eos>`).
     target_ids: the ids of each translation without `<eos>` and padding (a cut input's parts
     in order). sources: the encoded inputs, with the indices of empty, longer-than-trained
-    and cut ones. generated_tokens: tokens produced, each `<eos>` included.
+    and cut ones. generated_tokens: tokens produced, each `<eos>` included. unfinished:
+    {sentence index: tokens generated} for translations stopped by their output budget
+    before `<eos>` (a part's, for an input cut at sentence ends; `inference.notes.cut_note`).
     """
 
     texts: list[str]
@@ -59,6 +63,7 @@ class Translations:
     generated_tokens: int
     # Each sentence's n-best with scores, when asked for (`Translator.translate_options`).
     hypotheses: list[Hypotheses] | None = None
+    unfinished: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +220,11 @@ class Translator:
         default: sentence by sentence; 0: whole). A sentence is never cut: one longer than
         `trained_len` is translated whole with a `DecodingWarning`; with learned positions,
         one beyond the table is a `SourceTooLongError`. An empty sentence gets a
-        warning and the translation "". Each batch generates at most `max_decode_len` tokens
-        if given, else `max_len_a · W + max_len_b`, W its source width (the longest
-        source rounded up to 8). The `DecodeOptions` fields are keywords too (temperature,
+        warning and the translation "". Each sentence generates at most `max_decode_len`
+        tokens if given, else `max_len_a · W + max_len_b`, W its own length rounded up to 8
+        (whatever else its batch holds), and no more than a source 4 times `trained_len`
+        would get (`decoding.batch_decode.output_cap`); a translation stopped there gets a
+        `DecodingWarning`. The `DecodeOptions` fields are keywords too (temperature,
         top_k, top_p, seed: sampling; prefix: a forced start; nbest): the best text of each;
         `translate_options` returns the n-best with scores.
         """
@@ -235,8 +242,9 @@ class Translator:
     ) -> Translations:
         """`translate`, also returning the ids, the encoded sources and the token count.
 
-        warn=False leaves the reporting of empty and too-long inputs to the caller
-        (`Translations.sources.empty` / `.long`). `progress(done, total)`: called after each
+        warn=False leaves the reporting of empty and too-long inputs and of translations cut
+        by their budget to the caller (`Translations.sources.empty` / `.long`,
+        `Translations.unfinished`). `progress(done, total)`: called after each
         decoding batch with the rows (sentences, or their parts) decoded so far.
         `settings` may hold `DecodeOptions` fields (nbest, temperature, top_k, top_p, seed,
         prefix); with any of them, or `scores`, `Translations.hypotheses` holds each
@@ -255,6 +263,7 @@ class Translator:
         segment_len = options.pop("segment_len")
         if search.nbest > 1 or any(prefixes):  # n-best and prefixes belong to whole inputs
             segment_len = 0
+        trained_len = options["trained_len"]
         encoded = encode_sources(
             self.src_tokenizer,
             sentences,
@@ -288,20 +297,25 @@ class Translator:
                 progress=progress,
                 sample_ids=[(ids[i], p) for i, p in zip(owners, parts, strict=True)],
                 params_cache=self._placed,
+                trained_len=trained_len,
             )
             decoded = [np.asarray(h[0].ids if h else [EOS_ID], np.int32) for h in nbest]
         else:
             decoded = decode_ids(
-                config, params, rows, progress=progress, params_cache=self._placed, **options
-            )
+                config, params, rows, progress=progress, params_cache=self._placed,
+                trained_len=trained_len, **options,
+            )  # fmt: skip
         texts: list[list[str]] = [[] for _ in sentences]
         target_ids: list[list[int]] = [[] for _ in sentences]
         tokens: list[np.ndarray] = [np.zeros((0,), np.int32)] * len(sentences)
         generated = 0
+        unfinished: dict[int, int] = {}
         for i, row in zip(owners, decoded, strict=True):
             ids = [int(t) for t in row]
             texts[i].append(self.tgt_tokenizer.decode(ids))
             part = ids[: ids.index(EOS_ID)] if EOS_ID in ids else _unpadded(ids)
+            if EOS_ID not in ids and part:  # stopped by its budget, maybe mid-word
+                unfinished[i] = max(unfinished.get(i, 0), len(part))
             target_ids[i] += part
             tokens[i] = row
             generated += len(part) + (EOS_ID in ids)
@@ -311,7 +325,11 @@ class Translator:
         hypotheses = None
         if nbest is not None:
             hypotheses = self._hypotheses(len(sentences), owners, nbest, search.alpha)
-        return Translations(joined, tokens, target_ids, encoded, generated, hypotheses)
+        if warn and unfinished:
+            (first, n), count = next(iter(unfinished.items())), len(unfinished)
+            more = f" (and {count - 1} more)" if count > 1 else ""
+            warnings.warn(cut_note(first, n, numbered_from=0) + more, DecodingWarning, 2)
+        return Translations(joined, tokens, target_ids, encoded, generated, hypotheses, unfinished)
 
     def translate_options(
         self,
