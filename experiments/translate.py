@@ -16,8 +16,11 @@ Sentences come from the command line (one per argument, even across a newline), 
 (`< in.txt`) is read whole and decoded in batches; a pipe or a terminal is translated as its
 lines arrive, each translation written and flushed at once (so translate can run as a
 co-process; lines already waiting are decoded together), with a prompt on a terminal;
-`--interactive` translates stdin one line at a time whatever it is. No input, no output
-(an empty --output_file). The output (stdout, or
+`--interactive` translates stdin one line at a time whatever it is; both engines. No input,
+no output (an empty --output_file). `--output_file` is written beside the file and moved into
+place when done, so a failure leaves an existing file as it was; a stream writes it in place,
+each line flushed as it comes (a reader may follow it); an output that is the input (`x.txt
+< x.txt`, `--input_file=x.txt --output_file=x.txt`) is refused. The output (stdout, or
 `--output_file`) has exactly one line per sentence, in order: the translation (an empty line
 for an empty input), or with `--format=tsv` the source, a tab and the translation. A
 book-style run (fra_eng) trains on lowercased text with spaced punctuation; translations are
@@ -29,10 +32,12 @@ Decoding options: `--nbest=N` writes N lines per input instead, TSV
 `line_index<TAB>rank<TAB>score<TAB>translation` (line_index from 0, rank 1 = the best, score
 log P / ((5 + len) / 6)^alpha as the search ranks them); `--temperature` > 0 samples (with
 `--top_k`, `--top_p`, `--seed`; `--nbest=N` then draws N samples); `--prefix` forces the start
-of every translation; `--workdir=runs/a,runs/b@4000` decodes with an ensemble (the mean of the
-models' log-probabilities each step). `--engine=ctranslate2` takes the same options through
-CTranslate2's own (`export.ct2_translate.nbest_hypotheses`; its own random draws), but does not
-ensemble (one FATAL line).
+of every translation (notes on stderr for its words outside the vocabulary and a prefix
+longer than a translation may hold); `--workdir=runs/a,runs/b@4000` decodes with an ensemble
+(the mean of the models' log-probabilities each step). `--engine=ctranslate2` takes the same
+options through CTranslate2's own (`export.ct2_translate.nbest_hypotheses`; its own random
+draws, per call: a stream's samples per chunk of lines), but does not ensemble (one FATAL
+line).
 
     python -m experiments.translate --workdir=runs/fra_eng --beam_size=4 --nbest=4 "go ."
     python -m experiments.translate --workdir=runs/fra_eng --temperature=0.8 --top_p=0.9 --seed=1
@@ -43,7 +48,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 from absl import app, flags
 
@@ -52,7 +58,12 @@ from transformer_jax import launch
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (shared with evaluate)
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
-flags.DEFINE_string("output_file", None, "Write the translations here (UTF-8); default stdout.")
+flags.DEFINE_string(
+    "output_file",
+    None,
+    "Write the translations here (UTF-8; replaced once all are written, or in place line by "
+    "line when stdin streams); default stdout.",
+)
 flags.DEFINE_enum(
     "format", "plain", ["plain", "tsv"], "plain: the translation; tsv: source<TAB>translation."
 )
@@ -90,7 +101,6 @@ def main(argv: list[str]) -> None:
     from transformer_jax.evaluation.translate_cli import (
         first_workdir,
         read_sentences,
-        stdin_is_stream,
         translate_stream,
         translate_workdir,
         write_lines,
@@ -98,22 +108,20 @@ def main(argv: list[str]) -> None:
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
-    from_stdin = not argv[1:] and FLAGS.input_file in (None, "-")
-    if FLAGS.interactive and not from_stdin:
-        launch.fatal("--interactive reads stdin: drop the sentence arguments and --input_file.")
+    streaming = _check_input_output(argv)
     options = {
         "output_format": FLAGS.format,
         "text": FLAGS.text,
         **launch.decoding_flag_values(),
-        **launch.decoding_option_values(),  # --nbest, --temperature, ..., --prefix
+        **_decoding_options(),  # --nbest, --temperature, ..., --prefix
         "attention_plot": FLAGS.attention_plot,
     }
     try:
         # The (first) run's process settings (XLA flags, allocator) before JAX starts.
         configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
-        with _output() as output:  # opened before decoding: a bad path fails now
-            if from_stdin and (FLAGS.interactive or stdin_is_stream(sys.stdin)):
+        with _output(streaming) as output:  # opened before decoding: a bad path fails now
+            if streaming:
                 translate_stream(
                     FLAGS.workdir, sys.stdin, output, one_line=FLAGS.interactive, **options
                 )
@@ -127,76 +135,144 @@ def main(argv: list[str]) -> None:
         launch.fatal(str(error))
 
 
-def _output() -> contextlib.AbstractContextManager[TextIO]:
-    """--output_file opened for writing (UTF-8, "\n" line ends), else stdout (left open)."""
+def _check_input_output(argv: list[str]) -> bool:
+    """Whether stdin is translated as a stream (`translate_cli.stdin_is_stream`, or
+    --interactive); one FATAL line for --interactive without stdin and for an --output_file
+    that is the input (`translate_cli.check_output_not_input`). Both engines."""
+    from transformer_jax.evaluation.translate_cli import check_output_not_input, stdin_is_stream
+
+    from_stdin = not argv[1:] and FLAGS.input_file in (None, "-")
+    if FLAGS.interactive and not from_stdin:
+        launch.fatal("--interactive reads stdin: drop the sentence arguments and --input_file.")
+    if not argv[1:]:
+        try:
+            check_output_not_input(FLAGS.output_file, FLAGS.input_file, sys.stdin)
+        except ValueError as error:
+            launch.fatal(str(error))
+    return from_stdin and (FLAGS.interactive or stdin_is_stream(sys.stdin))
+
+
+def _decoding_options() -> dict[str, Any]:
+    """`launch.decoding_option_values()`, a --prefix's bytes that were not UTF-8 replaced
+    (`text_lines.argument_text`) with a warning, as a sentence argument's."""
+    from transformer_jax.evaluation.text_lines import argument_text
+
+    options = launch.decoding_option_values()
+    if options.get("prefix"):
+        options["prefix"], valid = argument_text(options["prefix"])
+        if not valid:
+            print(
+                "warning: --prefix not valid UTF-8; invalid bytes replaced by U+FFFD "
+                "(give UTF-8 text to avoid this).",
+                file=sys.stderr,
+            )
+    return options
+
+
+@contextlib.contextmanager
+def _output(streaming: bool) -> Iterator[TextIO]:
+    """--output_file opened for writing (`translate_cli.open_output`: moved into place when
+    done; in place when `streaming`), else stdout (left open). A path that cannot be
+    written is one FATAL line, before anything is decoded."""
+    from transformer_jax.evaluation.translate_cli import open_output
+
     if not FLAGS.output_file:
-        return contextlib.nullcontext(sys.stdout)
-    try:
-        return open(FLAGS.output_file, "w", encoding="utf-8", newline="\n")
-    except OSError as error:
-        launch.fatal(f"--output_file={FLAGS.output_file}: {error.strerror or error}.")
+        yield sys.stdout
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            output = stack.enter_context(open_output(FLAGS.output_file, stream=streaming))
+        except OSError as error:
+            launch.fatal(f"--output_file={FLAGS.output_file}: {error.strerror or error}.")
+        yield output
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
     from transformer_jax.evaluation.translate_cli import (
-        format_lines,
-        nbest_lines,
         read_sentences,
+        stream_lines,
         write_lines,
     )
-    from transformer_jax.export.ct2_translate import (
-        ENSEMBLE_ERROR,
-        load_truecaser,
-        translate_detailed,
-    )
+    from transformer_jax.export.ct2_translate import ENSEMBLE_ERROR, load_truecaser, open_translator
     from transformer_jax.export.extras import MissingExtraError
 
     if not FLAGS.model_dir:
         launch.fatal(f"--model_dir is missing: {FLAGS['model_dir'].help}")
     if "," in FLAGS.model_dir or "," in (FLAGS.workdir or ""):  # several models
         launch.fatal(f"{ENSEMBLE_ERROR}.")
+    weights = (
+        "a CTranslate2 export holds one set of weights: export an averaged or earlier "
+        "checkpoint instead"
+    )
+    reasons = {
+        "workdir": "the CTranslate2 engine reads the export in --model_dir",
+        "step": weights,
+        "average_last": weights,
+        "attention_plot": "the CTranslate2 engine does not return attention weights",
+    }
     unsupported = [
-        f"--{name}"
-        for name in ("workdir", "step", "attention_plot")
-        if FLAGS[name].value is not None
+        f"--{name} applies to --engine=jax only ({reason})"
+        for name, reason in reasons.items()
+        if FLAGS[name].value != FLAGS[name].default
     ]
-    if FLAGS.average_last != 1:
-        unsupported.append("--average_last")
-    if FLAGS.interactive:
-        unsupported.append("--interactive")
     if unsupported:
-        launch.fatal(
-            f"{', '.join(unsupported)} apply to --engine=jax only; a CTranslate2 export holds "
-            "one set of weights (export an averaged or earlier checkpoint instead)."
-        )
+        launch.fatal("; ".join(unsupported) + ".")
+    streaming = _check_input_output(argv)
+    options = _decoding_options()  # --nbest, --temperature, ..., --prefix
     try:
-        sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-        if not sentences:  # no input, no output
-            return write_lines([], FLAGS.output_file, sys.stdout)
+        with _output(streaming) as output:  # opened before decoding: a bad path fails now
+            translator = open_translator(FLAGS.model_dir)  # loaded once for every chunk
+            truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
+            natural = truecaser.natural if truecaser is not None else None
+            translate = _ct2_lines(translator, natural, options)
+            if streaming:
+                stream_lines(sys.stdin, output, translate, one_line=FLAGS.interactive)
+                return
+            sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
+            write_lines(translate(sentences, 1) if sentences else [], None, output)
+    except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
+        launch.stdout_closed()
+    except (MissingExtraError, OSError, ValueError) as error:  # one FATAL line
+        launch.fatal(str(error))
+
+
+def _ct2_lines(
+    translator: Any, natural: Callable[[str, str], str] | None, options: dict[str, Any]
+) -> Callable[[list[str], int], list[str]]:
+    """translate(sentences, first_number) -> output lines with the CTranslate2 export, its
+    notes (the JAX engine's, sentences numbered from first_number; the prefix's with the
+    first line's) on stderr: what `translate_cli.translate_workdir` is to the JAX engine."""
+    from transformer_jax.evaluation.translate_cli import format_lines, nbest_lines, prefix_notes
+    from transformer_jax.export.ct2_translate import translate_detailed
+
+    def translate(sentences: list[str], first_number: int) -> list[str]:
         out = translate_detailed(
             FLAGS.model_dir,
             sentences,
+            translator=translator,
             beam_size=FLAGS.beam_size,  # None: the run's, from export.json
             segment_len=FLAGS.segment_len,  # None: the run's, from export.json
             alpha=FLAGS.alpha,  # None: the run's α, ranked as the JAX engine ranks
             max_decode_len=FLAGS.max_decode_len,
             scores=FLAGS.nbest is not None,
-            **launch.decoding_option_values(),  # --nbest, --temperature, ..., --prefix
+            **options,
         )
-        for note in out.notes():  # the JAX engine's notes (inference.notes)
+        notes = out.notes(first_number)  # the JAX engine's notes (inference.notes)
+        if first_number == 1 and out.prefixes and out.prefixes[0]:
+            notes += prefix_notes(
+                out.prefixes[0],
+                out.tgt_tokenizer,
+                max_decode_len=out.max_decode_len,
+                position_limit=out.max_positions,
+                table="the export's position table",
+            )
+        for note in notes:
             print(note, file=sys.stderr)
-        texts = out.texts
-        truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
-        natural = truecaser.natural if truecaser is not None else None
         if FLAGS.nbest is not None:
-            lines = nbest_lines(sentences, out.hypotheses, natural)
-        else:
-            lines = format_lines(sentences, texts, FLAGS.format, natural)
-        write_lines(lines, FLAGS.output_file, sys.stdout)
-    except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
-        launch.stdout_closed()
-    except (MissingExtraError, OSError, ValueError) as error:  # one FATAL line
-        launch.fatal(str(error))
+            return nbest_lines(sentences, out.hypotheses, natural, first_index=first_number - 1)
+        return format_lines(sentences, out.texts, FLAGS.format, natural)
+
+    return translate
 
 
 def run() -> None:

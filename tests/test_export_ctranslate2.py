@@ -277,7 +277,7 @@ def test_translate_command_with_the_ctranslate2_engine_matches_the_jax_engine(tr
 
     refused = translate("--engine=ctranslate2", f"--model_dir={tmp_path / 'ct2'}", "--step=3")
     assert refused.returncode == 2
-    assert refused.stderr.startswith("FATAL: --step apply to --engine=jax only")
+    assert refused.stderr.startswith("FATAL: --step applies to --engine=jax only")
 
 
 def test_beam_search_at_the_runs_alpha_equals_the_jax_engine(trained, tmp_path):

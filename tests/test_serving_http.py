@@ -149,6 +149,27 @@ def test_each_bad_request_gets_its_status_and_one_line_and_the_server_stays_up(
     assert request(url, "POST", "/translate", {"text": "ok"}) == (200, {"translations": ["OK b2"]})
 
 
+def test_text_that_is_not_unicode_or_nested_too_deeply_is_a_400_not_a_500():
+    """A lone surrogate (valid JSON) and 100,000 nested "[" once reached the engine or the
+    parser's recursion limit: a 500 (a plain-text one for the nesting)."""
+    engine = FakeEngine()
+    limits = Limits(max_sentences=4, max_chars=50, max_body_bytes=1 << 20)
+    server = start_in_thread(create_app(engine, limits=limits, window_s=0.001, max_sentences=4))
+    try:
+        wait_healthy(server.url)
+        for body, reason in [
+            (b'{"text": ["bad \\ud800 here"]}', '"text"[0] is not valid Unicode'),
+            (b"[" * 100_000, "nested too deeply"),
+            ({"text": "\x1b[31m"}, '"text"[0] is empty'),
+            ({"text": "\u200b"}, '"text"[0] is empty'),
+        ]:
+            status, answer = request(server.url, "POST", "/translate", body)
+            assert status == 400 and reason in answer["error"], (body[:40], answer)
+        assert engine.calls == []
+    finally:
+        server.stop()
+
+
 def test_a_body_over_the_limit_is_413_from_the_stream_without_content_length(fake_server):
     url, _ = fake_server
     parts = urlsplit(url)

@@ -48,6 +48,12 @@ def test_text_is_a_string_or_a_list_and_null_options_are_left_out():
         ({"text": "a", "beam_size": 9}, "beam_size=9 is over the server's limit of 8"),
         ({"text": ["a", "b"], "prefix": ["x"]}, '"prefix" has 1 entries for 2 sentences'),
         ({"text": "a", "prefix": "p" * 21}, '"prefix" is longer than 20 characters'),
+        # Valid JSON, but not Unicode text: no tokenizer takes a lone surrogate.
+        ({"text": ["a", "b \ud800 c"]}, '"text"[1] is not valid Unicode: a lone surrogate U+D800'),
+        ({"text": "a", "prefix": "\udc00"}, '"prefix" is not valid Unicode'),
+        # The parser recurses per level: deeper than Python's stack is a reason, not a 500.
+        (b"[" * 100_000, "invalid JSON: arrays or objects nested too deeply"),
+        (b'{"text": ' + b"[" * 100_000, "invalid JSON: arrays or objects nested too deeply"),
     ],
 )
 def test_each_mistake_is_a_400_with_one_line(body, reason):
@@ -55,6 +61,18 @@ def test_each_mistake_is_a_400_with_one_line(body, reason):
         parse(body)
     assert error.value.status == 400
     assert reason in error.value.reason and "\n" not in error.value.reason
+
+
+@pytest.mark.parametrize(
+    "text", [" \t", "\x00", "\u200b", "\ufeff", "\x1b[31m", "\u00a0", "\u2028", "\ufeff\x00 \u200b"]
+)
+def test_text_the_translator_cleans_to_nothing_is_empty_whatever_it_held(text):
+    """One rule after the translator's cleaning (control characters, ANSI escapes, spaces)
+    and the tokenizer's (invisible format characters): each of these would translate to ""."""
+    with pytest.raises(RequestError, match=r'"text"\[0\] is empty') as error:
+        parse({"text": text})
+    assert error.value.status == 400
+    assert parse({"text": "a\u200bb\x00"}) == (["a\u200bb\x00"], {})  # text around them
 
 
 def test_options_go_over_the_defaults_and_decode_options_checks_their_values():

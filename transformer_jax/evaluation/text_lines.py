@@ -6,7 +6,10 @@ lined up with the inputs. Lines here are what `wc -l` and `paste` count: split o
 with a `\\r` before it (a `\\r\\n` file) removed. Whatever control characters remain (C0
 and C1 controls, ANSI escape sequences, a lone `\\r`, U+2028/U+2029) become a space before
 tokenisation (`data.text_form.clean_text`), so they reach neither the model nor the
-terminal.
+terminal. A UTF-8 byte-order mark that starts the input (Windows editors write one) is
+dropped: it is a mark of the file, not text of its first line. A command-line argument holds
+the bytes it was given: bytes that are not UTF-8 come to Python as lone surrogates
+(`surrogateescape`), which no tokenizer takes; `argument_text` reads them as a file's.
 """
 
 from __future__ import annotations
@@ -30,12 +33,19 @@ def split_lines(text: AnyStr) -> list[AnyStr]:
     return [line[:-1] if line.endswith(cr) else line for line in lines]
 
 
-def decode_lines(data: bytes) -> tuple[list[str], list[int]]:
+BOM = b"\xef\xbb\xbf"  # U+FEFF encoded in UTF-8
+
+
+def decode_lines(data: bytes, *, start: bool = True) -> tuple[list[str], list[int]]:
     """(lines, numbers of the lines that were not valid UTF-8), lines as in `split_lines`.
 
     Each line is decoded on its own, so one bad byte costs one line's characters (each
-    invalid byte becomes U+FFFD) and not the whole input; line numbers start at 1.
+    invalid byte becomes U+FFFD) and not the whole input; line numbers start at 1. `start`:
+    `data` begins the input, so a byte-order mark there is dropped (a stream's later chunks:
+    False).
     """
+    if start and data.startswith(BOM):
+        data = data[len(BOM) :]
     lines, invalid = [], []
     for number, raw in enumerate(split_lines(data), start=1):
         try:
@@ -44,3 +54,21 @@ def decode_lines(data: bytes) -> tuple[list[str], list[int]]:
             lines.append(raw.decode("utf-8", errors="replace"))
             invalid.append(number)
     return lines, invalid
+
+
+def argument_text(text: str) -> tuple[str, bool]:
+    """(`text` as valid Unicode, whether it already was): a command-line argument's bytes
+    that were not UTF-8 (lone surrogates U+DC80-U+DCFF, Python's `surrogateescape`) decoded as
+    `decode_lines` decodes a line, each invalid byte U+FFFD; any other lone surrogate
+    U+FFFD too."""
+    try:
+        text.encode("utf-8")
+        return text, True
+    except UnicodeEncodeError:
+        pass
+    raw = b"".join(
+        ch.encode("utf-8", "surrogateescape") if "\udc80" <= ch <= "\udcff" else
+        "\ufffd".encode() if "\ud800" <= ch <= "\udfff" else ch.encode("utf-8")
+        for ch in text
+    )  # fmt: skip
+    return raw.decode("utf-8", errors="replace"), False

@@ -11,12 +11,16 @@ text to read, punctuation joined and capitals restored (`Translator.natural`,
 `data.truecasing`: "Je pense que Tom a raison."); "data" the model's own form, as the data
 stores text and evaluate scores it ("je pense que tom a raison .").
 Everything else (the stdin prompt, invalid UTF-8, inputs longer than the model was trained
-on, where the attention plot went) is said on stderr, never mixed into the output.
+on, a prefix the model cannot write as given, where the attention plot went) is said on
+stderr, never mixed into the output. An output file is replaced only once written
+(`open_output`), and never the input itself (`check_output_not_input`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import select
 import stat
 import sys
@@ -27,12 +31,15 @@ from typing import Any, TextIO
 from absl import logging
 
 from transformer_jax.data.text_form import clean_text
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from transformer_jax.decoding.batch_decode import position_limit
 from transformer_jax.decoding.options import Hypotheses
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
-from transformer_jax.evaluation.text_lines import decode_lines
+from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.notes import source_notes
+from transformer_jax.inference.source_ids import unknown_words
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
@@ -54,12 +61,17 @@ def read_sentences(
     `translate_workdir`). A file or stdin holds one sentence per line, split on `\\n` only
     (`\\r\\n` accepted; `text_lines.split_lines`): one output per input line, in order, blank
     lines included. A line that is not valid UTF-8 is decoded with replacement characters and
-    named in a warning on `stderr` (default sys.stderr); every line is still returned. When
+    named in a warning on `stderr` (default sys.stderr); every line is still returned (an
+    argument's bytes likewise: `text_lines.argument_text`); a byte-order mark that starts the
+    input is dropped. When
     stdin is a terminal, `STDIN_PROMPT` goes to `stderr` first, so the wait is explained.
     """
     stderr = stderr or sys.stderr
-    if args:
-        return list(args)
+    if args:  # bytes that were not UTF-8 (surrogateescape'd by Python) decoded as a file's
+        checked = [argument_text(a) for a in args]
+        invalid = [n for n, (_, valid) in enumerate(checked, 1) if not valid]
+        _warn_invalid("the command line", invalid, stderr, "argument")
+        return [text for text, _ in checked]
     if input_file and input_file != "-":
         data, where = Path(input_file).read_bytes(), input_file
     elif stdin is not None:
@@ -76,14 +88,16 @@ def read_sentences(
     return lines
 
 
-def _warn_invalid(where: str, invalid: Sequence[int], stderr: TextIO) -> None:
-    """Names the lines (numbers from 1) that were not valid UTF-8, if any."""
+def _warn_invalid(where: str, invalid: Sequence[int], stderr: TextIO, what: str = "line") -> None:
+    """Names the lines (or arguments: `what`; numbers from 1) that were not valid UTF-8."""
     if invalid:
         which = ", ".join(map(str, invalid[:10])) + (" ..." if len(invalid) > 10 else "")
-        noun = "line" if len(invalid) == 1 else "lines"
+        noun = what if len(invalid) == 1 else f"{what}s"
         print(
             f"warning: {where}: {noun} {which} not valid UTF-8; invalid bytes replaced by "
-            "U+FFFD and translated anyway (save the input as UTF-8 to avoid this).",
+            "U+FFFD and translated anyway "
+            f"({'save the input as UTF-8' if what == 'line' else 'give UTF-8 text'} to avoid "
+            "this).",
             file=stderr,
             flush=True,
         )
@@ -161,7 +175,8 @@ def translate_workdir(
     `<unk>` (`inference.notes.source_notes`). Decoding settings not given come from the run
     config. With `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
-    the log). Notes number the sentences from `first_number` (a stream's later lines). A
+    the log). Notes number the sentences from `first_number` (a stream's later lines); the
+    notes on a prefix (`prefix_notes`) come with the first line's. A
     decoding that takes more than a few seconds shows a progress bar on `stderr` when it is a
     terminal (`progress`: True always, False never; `evaluation.progress`).
     `decoding.options.DecodeOptions` fields (nbest, temperature, top_k, top_p, seed, prefix:
@@ -191,9 +206,17 @@ def translate_workdir(
             sample_ids=range(first_number - 1, first_number - 1 + len(prepared)),
         )
     trained_len = translator.settings["trained_len"]
-    for note in source_notes(
+    notes = source_notes(
         prepared, out.sources, translator.src_tokenizer, trained_len, first_number=first_number
-    ):
+    )
+    if prefix and first_number == 1:  # once, not again for a stream's later lines
+        notes += prefix_notes(
+            translator.prepare(prefix),
+            translator.tgt_tokenizer,
+            max_decode_len=max_decode_len or translator.settings.get("max_decode_len"),
+            position_limit=position_limit(translator.model_config),
+        )
+    for note in notes:
         print(note, file=stderr)
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
@@ -201,6 +224,53 @@ def translate_workdir(
     if nbest is not None:
         return nbest_lines(sentences, out.hypotheses, natural, first_index=first_number - 1)
     return format_lines(sentences, out.texts, output_format, natural)
+
+
+def prefix_notes(
+    prefix: str,
+    tokenizer: Any,
+    *,
+    max_decode_len: int | None,
+    position_limit: int | None,
+    table: str = "the model's position table",
+) -> list[str]:
+    """The notes on a forced `prefix` (as prepared, e.g. `Translator.prepare`), as sources
+    get theirs (`inference.notes`): words the target vocabulary reads as `<unk>` (they come
+    out as "⁇"), special tokens it holds (`<eos>`, `<pad>`, `<bos>` of a word vocabulary,
+    forced as they are), and a prefix of more tokens than a translation may hold
+    (`max_decode_len`, else `position_limit`, the size of `table`; None: no limit), which
+    both engines cut there, mid-word if need be."""
+    if not prefix:
+        return []
+    ids = list(tokenizer.encode(prefix))
+    notes = []
+    unknown = unknown_words(tokenizer, prefix, ids)
+    if unknown:
+        shown = ", ".join(repr(w) for w in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        notes.append(
+            f"note: the prefix has {shown}{more}, which the model's target vocabulary does not "
+            "cover: forced as <unk>, which the translations show in their place."
+        )
+    names = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
+    special = list(dict.fromkeys(names[i] for i in ids if i in names))
+    if special:
+        notes.append(
+            f"note: the prefix holds the special token{'s' if len(special) > 1 else ''} "
+            f"{', '.join(special)}, forced as a token of the translation: drop "
+            f"{'them' if len(special) > 1 else 'it'} from --prefix."
+        )
+    limits = [(n, f"--max_decode_len={n}") for n in [max_decode_len] if n]
+    limits += [(n, f"{table}, {n} rows") for n in [position_limit] if n]
+    if limits:
+        limit, name = min(limits)
+        if len(ids) > limit:
+            notes.append(
+                f"note: the prefix has {len(ids)} tokens, more than a translation may hold "
+                f"({name}): each translation is the prefix cut to its first {limit} tokens "
+                "(shorten --prefix)."
+            )
+    return notes
 
 
 def nbest_lines(
@@ -235,13 +305,87 @@ def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str
 
 
 def write_lines(lines: Sequence[str], output_file: str | Path | None, stdout: TextIO) -> None:
-    """The lines, each ending in `\\n`, to `output_file` (UTF-8) or else `stdout`."""
+    """The lines, each ending in `\\n`, to `output_file` (UTF-8; `open_output`: replaced
+    whole once written) or else `stdout`, flushed."""
     text = "".join(f"{line}\n" for line in lines)
     if output_file:
-        Path(output_file).write_text(text, encoding="utf-8", newline="\n")
+        with open_output(output_file) as output:
+            output.write(text)
     else:
         stdout.write(text)
         stdout.flush()
+
+
+def check_output_not_input(
+    output_file: str | Path | None, input_file: str | Path | None, stdin: TextIO | None
+) -> None:
+    """A ValueError if `output_file` is the file the sentences come from: `input_file`, or
+    (None or "-") the regular file stdin reads (`< in.txt`). The same file (the same inode:
+    a hard or symbolic link too) would be replaced by the translations of itself, or with
+    a plain open() emptied before it is read. Only a regular output is compared: `/dev/stdout`
+    and a terminal may be stdin's device too, and nothing is replaced there."""
+    if not output_file:
+        return
+    try:
+        out = os.stat(output_file)
+    except OSError:  # not there yet (or unreadable: opening it says why)
+        return
+    if not stat.S_ISREG(out.st_mode):
+        return
+    try:
+        if input_file and input_file != "-":
+            source, where = os.stat(input_file), f"--input_file={input_file}"
+        elif stdin is not None:
+            source, where = os.fstat(stdin.fileno()), f"stdin reads it: < {output_file}"
+        else:
+            return
+    except (AttributeError, OSError, ValueError):  # no such input (read_sentences says), or no fd
+        return
+    if (source.st_dev, source.st_ino) == (out.st_dev, out.st_ino):
+        raise ValueError(
+            f"--output_file={output_file} is the input ({where}): its sentences would be "
+            "replaced by their translations; write them to another file."
+        )
+
+
+@contextlib.contextmanager
+def open_output(output_file: str | Path, *, stream: bool = False) -> Iterator[TextIO]:
+    """`output_file` opened for writing (UTF-8, "\\n" line ends), so that a failure leaves
+    an existing file as it was: the lines go to a temporary file beside it, moved into its
+    place (`os.replace`, atomic) when the block ends without an exception, and removed when
+    it raises (Ctrl-C and `sys.exit` included). Opened before decoding: a bad path fails
+    first.
+
+    `stream`: written in place instead, each line visible as it is flushed (translate's
+    stdin stream: a co-process may read the file as it grows), so a failure leaves the lines
+    written so far; so too a path that is not a regular file (`/dev/stdout`, a pipe) and a
+    file whose directory cannot hold another."""
+    path = Path(os.path.realpath(output_file))  # a symbolic link's target is replaced
+    existing = path.stat() if path.exists() else None
+    if stream or (existing is not None and not stat.S_ISREG(existing.st_mode)):
+        with open(output_file, "w", encoding="utf-8", newline="\n") as output:
+            yield output
+        return
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        # The mode an open() would give a new file (0o666 less the umask), or the old one's.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except PermissionError:
+        if existing is None:
+            raise
+        with open(output_file, "w", encoding="utf-8", newline="\n") as output:
+            yield output  # a writable file in a closed directory: in place
+        return
+    try:
+        with open(fd, "w", encoding="utf-8", newline="\n") as output:
+            if existing is not None:
+                os.chmod(temporary, stat.S_IMODE(existing.st_mode))
+            yield output
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def stdin_is_stream(stdin: TextIO) -> bool:
@@ -315,6 +459,38 @@ def translate_stream(
         workdir, options.get("step"), average_last=options.get("average_last", 1)
     )
 
+    def translate(lines: list[str], first_number: int) -> list[str]:
+        nonlocal attention_plot
+        plot = None
+        if attention_plot and any(translator.prepare(s) for s in lines):
+            plot, attention_plot = attention_plot, None
+        return translate_workdir(
+            workdir,
+            lines,
+            translator=translator,
+            attention_plot=plot,
+            stderr=stderr,
+            first_number=first_number,
+            **options,
+        )
+
+    return stream_lines(stdin, stdout, translate, one_line=one_line, stderr=stderr)
+
+
+def stream_lines(
+    stdin: TextIO,
+    stdout: TextIO,
+    translate: Callable[[list[str], int], list[str]],
+    *,
+    one_line: bool = False,
+    stderr: TextIO | None = None,
+) -> int:
+    """The loop of `translate_stream`, for either engine: each chunk of `stdin`'s lines
+    (`line_chunks`) goes to `translate(lines, first_number)` (numbered from 1 over the whole
+    stream), whose output lines are written to `stdout` and flushed before the next chunk is
+    read; a terminal gets the prompts on `stderr`. Returns the number of lines."""
+    stderr = stderr or sys.stderr
+
     def prompt() -> None:
         print(LINE_PROMPT, end="", file=stderr, flush=True)
 
@@ -325,21 +501,9 @@ def translate_stream(
     for chunk in line_chunks(
         stdin.fileno(), one_line=one_line, prompt=prompt if terminal else None
     ):
-        lines, invalid = decode_lines(chunk)
+        lines, invalid = decode_lines(chunk, start=done == 0)  # a byte-order mark begins it
         _warn_invalid("stdin", [done + n for n in invalid], stderr)
-        plot = None
-        if attention_plot and any(translator.prepare(s) for s in lines):
-            plot, attention_plot = attention_plot, None
-        out = translate_workdir(
-            workdir,
-            lines,
-            translator=translator,
-            attention_plot=plot,
-            stderr=stderr,
-            first_number=done + 1,
-            **options,
-        )
-        write_lines(out, None, stdout)
+        write_lines(translate(lines, done + 1), None, stdout)
         done += len(lines)
     if terminal:
         print(file=stderr)  # Ctrl-D ended the last prompt's line

@@ -17,10 +17,12 @@ over-long sentence whole.
 
 Decoding options (`decoding.options.DecodeOptions`) map onto CTranslate2's where it has
 them (`nbest_hypotheses`): n-best (`num_hypotheses`, `return_scores`, ranked by our length
-penalty), sampling (`sampling_temperature`, `sampling_topk`, `sampling_topp`, seeded by
+penalty), sampling (`sampling_temperature`, `sampling_topk`: a top_k over the vocabulary is
+every token, as ours; `sampling_topp`, seeded by
 `ctranslate2.set_random_seed` and a translator opened after it; N samples by repeating the
 source N times) and a forced
-prefix (`target_prefix`). Not the same draws as the JAX engine's sampler (another random
+prefix (`target_prefix`; without a fixed max_decode_len the budget holds it and max_len_b
+more tokens, as ours). Not the same draws as the JAX engine's sampler (another random
 generator), and a sample's log P is CTranslate2's, under its sampling distribution. It does
 not ensemble: `ENSEMBLE_ERROR`.
 """
@@ -130,6 +132,11 @@ class Translations:
     trained_len: int | None
     # Each input's n-best with scores, when asked for (scores=True or decoding options).
     hypotheses: list[Hypotheses] | None = None
+    # For the notes on a prefix (`evaluation.translate_cli.prefix_notes`): the target
+    # tokenizer, each input's prefix as prepared ("" = none) and the max_decode_len used.
+    tgt_tokenizer: Any = None
+    prefixes: list[str] | None = None
+    max_decode_len: int | None = None
 
     def notes(self, first_number: int = 1) -> list[str]:
         """What to tell the user on stderr: the JAX engine's notes on the same inputs
@@ -148,6 +155,18 @@ class Translations:
             self.prepared, sources, self.src_tokenizer, self.trained_len,
             first_number=first_number,
         )  # fmt: skip
+
+
+def open_translator(
+    model_dir: str | Path, *, compute_type: str = "default", intra_threads: int = 0
+) -> Any:
+    """A `ctranslate2.Translator` of `model_dir` on the CPU, for `translate_detailed`'s
+    `translator` across calls (translate's stdin stream: one load, not one per line)."""
+    ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
+    read_manifest(model_dir)  # a clear error for a directory that is not an export
+    return ctranslate2.Translator(
+        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=intra_threads
+    )
 
 
 def translate_lines(model_dir: str | Path, sentences: Sequence[str], **options: Any) -> list[str]:
@@ -262,9 +281,16 @@ def translate_detailed(
                 else []
                 for r in batch
             ]  # a prefix starts an input's first row only
+            # As the JAX engine (`decode_nbest`): without a fixed max_decode_len, room for the
+            # prefix and max_len_b tokens after it (CTranslate2's length counts the prefix).
+            longest_prefix = max(map(len, targets))
+            if longest_prefix and not settings["max_decode_len"]:
+                least = round_up(longest_prefix + settings["max_len_b"], LENGTH_BUCKET)
+                budget = min(max(budget, least), limit)
             found = nbest_hypotheses(
                 translator, sources, options=search, budget=budget,
                 batch_size=settings["batch_size"], prefixes=targets,
+                vocab_size=tgt_tok.vocab_size,
             )  # fmt: skip
             for r, hyps in zip(batch, found, strict=True):
                 row_nbest[r] = hyps
@@ -285,8 +311,9 @@ def translate_detailed(
         decode = lambda tokens: tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
         hypotheses = _per_input(len(prepared), owner, row_nbest, decode, search.alpha)
     return Translations(
-        texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"], hypotheses
-    )
+        texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"], hypotheses,
+        tgt_tokenizer=tgt_tok, prefixes=prefixes, max_decode_len=settings["max_decode_len"],
+    )  # fmt: skip
 
 
 def _per_input(count, owner, row_nbest, decode, alpha) -> list[Hypotheses]:
@@ -321,13 +348,16 @@ def nbest_hypotheses(
     budget: int,
     batch_size: int,
     prefixes: list[list[str]] | None = None,
+    vocab_size: int | None = None,
 ) -> list[list[tuple[list[str], float, float]]]:
     """Each source's n-best as (tokens without `<eos>`, log P, log P / ((5 + len) / 6)^α),
     best first, by CTranslate2: beam search re-ranked by our length penalty (PATIENCE), its
     greedy search, or `options.nbest` samples (the source repeated; `sampling_temperature`,
     `sampling_topk` (our 0 = all is its 0), `sampling_topp`; `translate_detailed` seeds them).
     `prefixes`: forced target tokens per
-    source ([] = none; CTranslate2's `target_prefix`, kept in the output)."""
+    source ([] = none; CTranslate2's `target_prefix`, kept in the output). `vocab_size`: the
+    target vocabulary's; a top_k of at least that many is every token (0), as in the JAX
+    sampler, where CTranslate2 refuses a top_k over its vocabulary."""
     sampling, n = options.sampling, options.nbest
     copies = n if sampling else 1
     batch = [src for src in sources for _ in range(copies)]
@@ -348,7 +378,7 @@ def nbest_hypotheses(
     if sampling:  # seeded by translate_detailed, which opens the translator after
         kwargs.update(
             sampling_temperature=options.temperature,
-            sampling_topk=options.top_k,
+            sampling_topk=0 if vocab_size and options.top_k >= vocab_size else options.top_k,
             sampling_topp=options.top_p,
         )
     elif beam > 1:

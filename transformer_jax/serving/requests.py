@@ -8,14 +8,17 @@ The body is UTF-8 JSON, an object:
 
     {"text": ["go .", "i lost ."], "beam_size": 4, "alpha": 0.6, "nbest": 2}
 
-- `text`: a string (one sentence) or a list of 1..`max_sentences` strings; each holds at
-  least one non-space character and at most `max_chars` characters. An empty input is a
-  mistake here (translate's files keep blank lines to stay aligned; a request has no lines
-  to keep aligned).
+- `text`: a string (one sentence) or a list of 1..`max_sentences` strings; each valid Unicode
+  (no lone surrogate: JSON's `"\\ud800"` escape alone is one), at most `max_chars` characters,
+  and not empty: something to translate once the translator's cleaning has removed control
+  characters, ANSI escapes, spaces and invisible format characters (`blank`). An empty input
+  is a mistake here (translate's files keep blank lines to stay aligned, each an empty
+  translation; a request has no lines to keep aligned).
 - decoding options, each optional (absent or null: the server's default): the fields of
   `decoding.options.DecodeOptions` (beam_size, alpha, nbest, temperature, top_k, top_p,
   seed, prefix), which checks their values; here only what the server bounds: beam_size and
-  nbest at most `max_beam_size`, a prefix list with one entry per sentence.
+  nbest at most `max_beam_size`, a prefix list with one entry per sentence, each prefix valid
+  Unicode.
 
 Every mistake is a `RequestError` with an HTTP status (400; 413 for a body over
 `max_body_bytes`, checked by the app while it reads) and a one-line reason that names the
@@ -28,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import unicodedata
 from typing import Any
 
+from transformer_jax.data.text_form import clean_text
 from transformer_jax.decoding.options import DecodeOptions
 
 
@@ -99,6 +104,9 @@ def parse_translate(body: bytes, limits: Limits) -> tuple[list[str], dict[str, A
     prefixes = given.get("prefix") if isinstance(prefix, list) else [prefix]
     if any(isinstance(p, str) and len(p) > limits.max_chars for p in prefixes):
         raise RequestError(400, f'a "prefix" is longer than {limits.max_chars} characters.')
+    for p in prefixes:
+        if isinstance(p, str):
+            _check_unicode(p, '"prefix"')
     return lines, given
 
 
@@ -133,11 +141,16 @@ def parse_json(body: bytes) -> Any:
         ) from None
     except ValueError as error:  # _no_constant
         raise RequestError(400, f"invalid JSON: {error}.") from None
+    except RecursionError:  # the parser recurses per level: "[[[[..." deeper than Python's stack
+        raise RequestError(
+            400, f"invalid JSON: arrays or objects nested too deeply; send e.g. {EXAMPLE}."
+        ) from None
 
 
 def check_text(text: Any, limits: Limits) -> list[str]:
     """`text` as a list of sentences; RequestError(400) unless it is a string or a list of
-    1..max_sentences strings, each non-blank and at most max_chars characters."""
+    1..max_sentences strings, each valid Unicode, not `blank` and at most max_chars
+    characters."""
     lines = [text] if isinstance(text, str) else text
     if not isinstance(lines, list):
         raise RequestError(400, f'"text" must be a string or a list of strings, got {_kind(text)}.')
@@ -152,7 +165,8 @@ def check_text(text: Any, limits: Limits) -> list[str]:
     for i, line in enumerate(lines):
         if not isinstance(line, str):
             raise RequestError(400, f'"text"[{i}] must be a string, got {_kind(line)}.')
-        if not line.strip():
+        _check_unicode(line, f'"text"[{i}]')
+        if blank(line):
             raise RequestError(400, f'"text"[{i}] is empty; send a sentence to translate.')
         if len(line) > limits.max_chars:
             raise RequestError(
@@ -161,6 +175,31 @@ def check_text(text: Any, limits: Limits) -> list[str]:
                 "split it into shorter sentences.",
             )
     return lines
+
+
+def blank(text: str) -> bool:
+    """Whether `text` has nothing to translate: nothing but what the translator's cleaning
+    (`data.text_form.clean_text`, then strip) removes or turns into spaces (control
+    characters, ANSI escapes, U+2028/U+2029, no-break spaces) and invisible format characters
+    (category Cf: U+200B zero-width space, U+FEFF byte-order mark, ...), which the
+    SentencePiece tokenizer drops. One rule for every such input: "\\x00", "\\u200b", "\\ufeff",
+    "\\x1b[31m", "\\u00a0" and "\\u2028" are all empty."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in clean_text(text))
+
+
+def _check_unicode(text: str, what: str) -> None:
+    """RequestError(400) if `text` holds a lone surrogate (valid JSON, as "\\ud800", but not
+    Unicode text: no UTF-8 encoding, no tokenizer takes it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        raise RequestError(
+            400,
+            f"{what} is not valid Unicode: a lone surrogate U+{code:04X} at character "
+            f"{error.start}; send text as UTF-8 (a JSON \\u escape of a surrogate must be a "
+            "high one followed by a low one).",
+        ) from None
 
 
 def _no_constant(name: str) -> Any:
