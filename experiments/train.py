@@ -12,9 +12,10 @@ Multi-host: start one process per host with `--coordinator_address=host:port
 --num_processes=N --process_id=i`.
 
 Exit codes: 0 done; 2 a `FATAL:` line (a refused start, a fault: a NaN loss, a failed save,
-a damaged file; another trainer holds the workdir); 75 (`training.preemption.EXIT_CODE`)
-stopped by SIGTERM or SIGINT after saving a checkpoint, one line "Stopped by SIGTERM: saved
-step N; re-run the same command to resume." (a second signal ends it at once: 143/130);
+a full disk, a damaged file; another trainer holds the workdir); 75
+(`training.preemption.EXIT_CODE`) stopped by SIGTERM or SIGINT after saving a checkpoint, one
+line "Stopped by SIGTERM: saved step N; re-run the same command to resume." (a second signal
+ends it at once: 143/130);
 130 Ctrl-C before or after the training loop (nothing is lost).
 """
 
@@ -71,7 +72,12 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         launch.fatal(f"unexpected arguments {argv[1:]}: write flags as --name=value.")
     from transformer_jax.workdir import lock as workdir_lock
-    from transformer_jax.workdir.directory import WorkdirError, check_workdir
+    from transformer_jax.workdir.directory import (
+        WorkdirError,
+        check_workdir,
+        is_disk_full,
+        write_failure,
+    )
 
     try:
         if FLAGS.print_config:
@@ -84,8 +90,13 @@ def main(argv: list[str]) -> None:
         try:  # before the slow imports, so that a second trainer is refused at once
             with workdir_lock.hold(FLAGS.workdir, enabled=FLAGS.process_id == 0):
                 _launch()
-        except workdir_lock.WorkdirLockedError as error:
+        except (workdir_lock.WorkdirLockedError, WorkdirError) as error:  # e.g. a full disk
             launch.fatal(str(error))
+        except OSError as error:  # a full disk met by any other write (config.json, ...)
+            if not is_disk_full(error):
+                raise
+            what = f"Writing {error.filename}" if error.filename else "Writing into the workdir"
+            launch.fatal(write_failure(error, FLAGS.workdir, what))
     except KeyboardInterrupt:  # outside the training loop, which saves and stops itself
         print("Interrupted outside the training loop: nothing was lost.", file=sys.stderr)
         sys.exit(130)

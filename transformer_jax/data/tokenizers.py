@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import ml_collections
 from absl import logging
 
 from transformer_jax.data import locks, sentencepiece_tokenizer
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-export)
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.runtime.messages import first_line
@@ -79,10 +82,39 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     return _KINDS[kind].load(directory)
 
 
-def save_tokenizers(source: Tokenizer, target: Tokenizer, directory: str | Path) -> None:
-    """Saves a (source, target) pair in `directory/source` and `directory/target`."""
-    source.save(Path(directory) / "source")
-    target.save(Path(directory) / "target")
+def save_tokenizers(
+    source: Tokenizer, target: Tokenizer, directory: str | Path, *, truecaser: Any = None
+) -> None:
+    """Saves a (source, target) pair in `directory/source` and `directory/target`, and
+    `truecaser` (a `truecasing.Truecaser`, if given) as `directory/truecaser.json`, replacing
+    whatever `directory` held.
+
+    Atomic: everything is written into a temporary sibling folder that is then renamed into
+    place, so a kill leaves the whole new folder or none (a run's `tokenizer/` cut short, e.g.
+    without its `tokenizer.json`, could never be loaded again). The next save removes what a
+    killed one left.
+    """
+    directory = Path(directory)
+    staging = directory.with_name(f".{directory.name}.tmp")
+    replaced = directory.with_name(f".{directory.name}.old")
+    for leftover in (staging, replaced):
+        _remove(leftover)
+    source.save(staging / "source")
+    target.save(staging / "target")
+    if truecaser is not None:
+        truecaser.save(staging / TRUECASER_FILE)
+    if directory.exists() or directory.is_symlink():
+        os.rename(directory, replaced)  # a folder cannot be renamed over a non-empty one
+    os.rename(staging, directory)
+    _remove(replaced)
+
+
+def _remove(path: Path) -> None:
+    """Deletes a file or a folder tree, if there is one."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 def load_tokenizers(directory: str | Path) -> tuple[Tokenizer, Tokenizer]:

@@ -18,6 +18,8 @@ Durations are written as `*_steps` or `*_epochs` and converted here only
 
 from __future__ import annotations
 
+import math
+
 import ml_collections
 
 from transformer_jax import runtime
@@ -209,8 +211,10 @@ def _validate(config: ml_collections.ConfigDict) -> None:
             f"({config.num_epochs}) to a positive value; set the other to 0."
         )
     runtime.check(config.xla_flags, config.host_memory, config.threefry_lowering)
-    if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate={config.learning_rate!r} must be > 0.")
+    if not 0 < config.learning_rate < math.inf:  # inf passed `> 0`, then trained to NaN
+        raise ValueError(
+            f"learning_rate={config.learning_rate!r} must be a finite number > 0, e.g. 1.0."
+        )
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={config.label_smoothing!r} is outside [0, 1).")
     if config.clip_norm < 0:

@@ -6,9 +6,11 @@ number of steps or eval batches into means, so averaging is exact whatever the b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.workdir.checkpoints import METRICS_FILE, TENSORBOARD_DIR
+from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
 
 
 def summarize(sums: dict[str, Any]) -> dict[str, float]:
@@ -43,7 +46,8 @@ class MetricWriter:
     Only process 0 writes; on other processes every method is a no-op. `purge_step`
     (a resumed run's first step): TensorBoard hides the events of that step and later ones
     left by the killed run (tensorboardX writes a SessionLog START at that step); their
-    metrics.jsonl records are dropped by `history.truncate_metrics`.
+    metrics.jsonl records are dropped by `history.truncate_metrics`. A write that fails (a
+    full disk) raises `WorkdirWriteError`, one line saying which checkpoint is intact.
     """
 
     def __init__(
@@ -56,29 +60,51 @@ class MetricWriter:
             return
         from tensorboardX import SummaryWriter  # no TensorFlow needed
 
-        workdir = Path(workdir)
-        self._jsonl = open(workdir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = SummaryWriter(str(workdir / TENSORBOARD_DIR), purge_step=purge_step)
+        self._workdir = Path(workdir)
+        self._failed = False  # a write failed (a full disk): `close` then only lets go
+        with self._reporting("Opening the metrics files"):
+            self._jsonl = open(self._workdir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+            self._tb = SummaryWriter(str(self._workdir / TENSORBOARD_DIR), purge_step=purge_step)
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
         if not self.enabled:
             return
         record = {"step": int(step), "split": split, "time": round(time.time(), 3)}
         record.update({k: _number(v) for k, v in scalars.items()})
-        self._jsonl.write(json.dumps(record) + "\n")
-        self._jsonl.flush()
-        for key, value in scalars.items():
-            self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
-        self._tb.flush()
+        with self._reporting(f"Writing the metrics of step {step}"):
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+            for key, value in scalars.items():
+                self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
+            self._tb.flush()
 
     def write_text(self, step: int, tag: str, text: str) -> None:
         if self.enabled:
-            self._tb.add_text(tag, text, int(step))
+            with self._reporting(f"Writing the text summaries of step {step}"):
+                self._tb.add_text(tag, text, int(step))
 
     def close(self) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self._failed:  # reported once already; the files hold what was written
+            with contextlib.suppress(OSError):
+                self._jsonl.close()
+            with contextlib.suppress(OSError):
+                self._tb.close()
+            return
+        with self._reporting("Closing the metrics files"):
             self._jsonl.close()
             self._tb.close()
+
+    @contextlib.contextmanager
+    def _reporting(self, what: str) -> Iterator[None]:
+        """Turns an OSError of the block (a full disk) into one `WorkdirWriteError` line."""
+        try:
+            yield
+        except OSError as error:
+            self._failed = True
+            where = f"{what} to {self._workdir / METRICS_FILE} and {TENSORBOARD_DIR}/"
+            raise WorkdirWriteError(write_failure(error, self._workdir, where)) from error
 
 
 def _number(value: Any) -> float | int | None:

@@ -12,7 +12,11 @@ anything is written (`workdir.resume`); keys a resume may change are recorded. `
 command resumes the fine-tune. A workdir whose checkpoints are all unusable is not trained
 over (`history.NoUsableCheckpointError`) unless `restart_from_scratch`, which moves the old
 history aside and starts from step 0; one that never committed a checkpoint (the run stopped
-before its first save) starts afresh, its history moved aside (`history.ever_checkpointed`).
+before its first save) starts afresh, its history moved aside (`history.ever_checkpointed`),
+even with a changed model or data config (`resume`: nothing is at stake; its tokenizers are
+built again, as is a `tokenizer/` a kill cut short). A config whose length the checkpoint
+has reached or passed trains nothing and records nothing. A write that fails (a full disk)
+stops the run in one line (`directory.WorkdirWriteError`).
 
 One trainer per workdir: `<workdir>/.lock` is held for the whole run, and a second trainer
 raises `workdir.lock.WorkdirLockedError` at once. SIGTERM or SIGINT during the loop saves a
@@ -33,9 +37,11 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 
 from transformer_jax import data as data_lib
 from transformer_jax.runtime import compile_log, configure_process
+from transformer_jax.runtime.commands import command
 from transformer_jax.training import finetune, precompile, preemption
 from transformer_jax.training.builder import Built, build
 from transformer_jax.training.config import resolve_num_train_steps, validate_config
@@ -113,17 +119,19 @@ def train_and_evaluate(
         # ------------------------------------------------------------ validate and set up
         devices, processes = jax.local_device_count(), jax.process_count()
         validate_config(config, num_devices=devices, process_count=processes)
-        changes = check_resume_config(config, workdir)  # writes nothing; raises on refused keys
+        # Writes nothing; raises on refused keys, unless no checkpoint would be mixed up.
+        changes = check_resume_config(config, workdir, restart_from_scratch=restart_from_scratch)
         init_from = None if init_from is None else finetune.check_init_from(init_from, workdir)
         parallel = DataParallel.create(config.parallelism)
 
         # ------------------------------------------------------------ data
+        tokenizers, tokenizers_saved = _saved_tokenizers(workdir, init_from, changes)
         pipeline = data_lib.create_input_pipeline(
             config.data,
             row_multiple=parallel.num_local_devices,  # so put_batch splits every batch evenly
             process_index=jax.process_index(),
             process_count=processes,
-            tokenizers=_saved_tokenizers(workdir, init_from),  # None: build them
+            tokenizers=tokenizers,  # None: build them
         )
         train_iter = pipeline.train_iter
         total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
@@ -141,8 +149,11 @@ def train_and_evaluate(
         manager, state, meta = restore_or_init(
             config, workdir, built, pipeline, init_from, restart_from_scratch
         )
-        if is_main:  # only now: a refused or failed start leaves the workdir as it was
-            _record_run(config, workdir, changes, pipeline, init_from)
+        trains = int(state.step) < total_steps
+        if is_main and trains:  # only now: a refused or failed start leaves the workdir as it was
+            _record_run(config, workdir, changes, pipeline, init_from, tokenizers_saved)
+        elif not trains:  # config.json keeps the run's own length and settings
+            _nothing_to_train_note(workdir, int(state.step), total_steps, changes)
         run = start_run(config, workdir, built, pipeline, evaluators, state, total_steps)
         start_step = step = int(state.step)
         device_state, host_params = parallel.put_replicated(state), state.params
@@ -193,11 +204,13 @@ def train_and_evaluate(
                 raise preemption.Preempted(signalled, step)
             finished = True
         finally:  # a save in flight is completed even when the loop raised (e.g. NaN)
-            ahead.close(finish=finished)  # stopped early: only the compile in flight
-            stop.restore()
-            train_iter.close()  # subword-sampling workers, if any
-            saves.close()
-            run.writer.close()
+            try:
+                ahead.close(finish=finished)  # stopped early: only the compile in flight
+                stop.restore()
+                train_iter.close()  # subword-sampling workers, if any
+                saves.close()
+            finally:  # quiet after a failed write, which was reported
+                run.writer.close()
         if "loss" in summary:
             final["train_loss"] = summary["loss"]
         log("Final validation: %s", json.dumps({k: round(v, 4) for k, v in final.items()}))
@@ -314,9 +327,9 @@ def evaluate(run: Run, device_params: Any, step: int, *, record: bool = True) ->
 def _nothing_to_train(
     run: Run, device_params: Any, start_step: int
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(final eval metrics, last train summary) of a run whose checkpoint is at its last step:
-    evaluated again, recorded nowhere (metrics.jsonl has it); the train loss from the log."""
-    log("Nothing to train: the checkpoint is at step %d of %d.", start_step, run.total_steps)
+    """(final eval metrics, last train summary) of a run whose checkpoint is at its last step
+    or past it: evaluated again, recorded nowhere (metrics.jsonl has it); the train loss from
+    the log."""
     final = evaluate(run, device_params, start_step, record=False)
     previous = history.last_record(run.workdir, "train") if jax.process_index() == 0 else None
     if previous and previous.get("loss") is not None:
@@ -324,18 +337,61 @@ def _nothing_to_train(
     return final, {}
 
 
-def _tokenizer_dir(workdir: Path, init_from: Path | None) -> Path | None:
-    """The run's saved tokenizers, else those of the run it fine-tunes; None: none saved."""
+def _nothing_to_train_note(
+    workdir: Path, step: int, total_steps: int, changes: list[ConfigChange]
+) -> None:
+    """Logs why a run whose checkpoint is at or past `total_steps` trains nothing; its
+    config.json is left as it is (the config's changes would record a run that never was)."""
+    if step == total_steps:
+        log("Nothing to train: the checkpoint of %s is at its last step, %d.", workdir, step)
+    else:
+        log(
+            "Nothing to train: %s is already trained to step %d, past this config's %d steps "
+            "(its config.json is left as it was). To evaluate it: %s; to train it further, "
+            "give more than %d steps.",
+            workdir,
+            step,
+            total_steps,
+            command("evaluate", workdir=workdir),
+            step,
+        )
+    if changes:
+        log("Not recorded, as nothing is trained: %s.", "; ".join(str(c) for c in changes))
+
+
+def _saved_tokenizers(
+    workdir: Path, init_from: Path | None, changes: list[ConfigChange]
+) -> tuple[tuple[Any, Any] | None, bool]:
+    """(the run's (source, target) tokenizers, or None: build them; whether they are the
+    workdir's own, already saved).
+
+    The workdir's `tokenizer/`, else that of the run it fine-tunes. Until the workdir has a
+    checkpoint nothing depends on its `tokenizer/`: one that cannot be loaded (a kill while
+    it was written) or was built for a config now replaced (`resume`'s "replaced" changes,
+    accepted only when no checkpoint is at stake) is built again, and saved over, with a log
+    line. Once it has one, only the run's own files fit its checkpoints (`RunFileError`).
+    """
     own = workdir / ckpt.TOKENIZER_DIR
-    if own.is_dir():
-        return own
-    return init_from / ckpt.TOKENIZER_DIR if init_from is not None else None
-
-
-def _saved_tokenizers(workdir: Path, init_from: Path | None) -> tuple[Any, Any] | None:
-    """(source, target) tokenizers of `_tokenizer_dir`, or None if there are none."""
-    directory = _tokenizer_dir(workdir, init_from)
-    return ckpt.load_workdir_tokenizers(directory) if directory else None
+    if own.exists():
+        if any(c.kind == "replaced" for c in changes):  # there is no checkpoint then
+            log("Building the tokenizers again: %s was built for the replaced config.", own)
+        else:
+            try:
+                return ckpt.load_workdir_tokenizers(own), True
+            except ckpt.RunFileError as error:
+                if history.ever_checkpointed(workdir):
+                    raise
+                reason = error.__cause__ or error
+                logging.warning(
+                    "%s cannot be loaded (%s: %s), and no checkpoint uses it yet: building "
+                    "the tokenizers again.",
+                    own,
+                    type(reason).__name__,
+                    ckpt.one_line(reason),
+                )
+    if init_from is not None:
+        return ckpt.load_workdir_tokenizers(init_from / ckpt.TOKENIZER_DIR), False
+    return None, False
 
 
 def _record_run(
@@ -344,15 +400,23 @@ def _record_run(
     changes: list[ConfigChange],
     pipeline: data_lib.InputPipeline,
     init_from: Path | None,
+    tokenizers_saved: bool,
 ) -> None:
     """Records the config of the run (with the accepted changes of a resume, logged), and
-    its tokenizers and truecaser (or the fine-tuned run's) unless the workdir has them."""
+    its tokenizers and truecaser (or the fine-tuned run's) unless they are saved already:
+    atomically, so a kill leaves all of `tokenizer/` or none (`data.save_tokenizers`)."""
     log_changes(changes, workdir)
     ckpt.save_config(config, workdir)
-    own = workdir / ckpt.TOKENIZER_DIR
-    if not own.is_dir():
-        data_lib.save_tokenizers(pipeline.src_tokenizer, pipeline.tgt_tokenizer, own)
-        ckpt.save_truecaser(pipeline.truecaser, own, _tokenizer_dir(workdir, init_from))
+    if not tokenizers_saved:
+        truecaser = pipeline.truecaser
+        if truecaser is None and init_from is not None:  # given tokenizers come without one
+            truecaser = ckpt.load_truecaser(init_from)
+        data_lib.save_tokenizers(
+            pipeline.src_tokenizer,
+            pipeline.tgt_tokenizer,
+            workdir / ckpt.TOKENIZER_DIR,
+            truecaser=truecaser,
+        )
 
 
 def _next_boundary(config: ml_collections.ConfigDict, step: int, total_steps: int) -> int:

@@ -9,23 +9,26 @@ tracebacks, no message).
 `SaveWatch` looks after one run's saves: `check(step)` after every step raises the error of
 a save that has finished (it never waits for one in flight: a flag read), `save` reports a
 save that fails as it starts (orbax first waits for the previous one), and `close` waits for
-the last one. Each raises `CheckpointSaveError`: one line with the error, the step the run
-stopped at, and the newest checkpoint on disk, which a failed save leaves whole (orbax
+the last one. Each raises `CheckpointSaveError`: one line with the error, the step of the
+failed save, and the newest checkpoint on disk, which a failed save leaves whole (orbax
 writes into a temporary directory and renames it when complete; older checkpoints are
-deleted only after that). orbax's tracebacks of the failure are dropped while the watch is
-open: the same error reaches `check` or `close`, which report it.
+deleted only after that). orbax's tracebacks of the failure, and the "Event loop is closed"
+echo of each array write it abandoned, are dropped while the watch is open: the same error
+reaches `check` or `close`, which report it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 import orbax.checkpoint as ocp
 
 from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir.directory import newest_checkpoint
 
 
 class CheckpointSaveError(RuntimeError):
@@ -38,9 +41,12 @@ class SaveWatch:
     def __init__(self, manager: ocp.CheckpointManager):
         self.manager = manager
         self.step: int | None = None  # the last step the run reached
+        self.saving: int | None = None  # the step of the last save started
         self._reported = False
         self._filter = _DropOrbaxTracebacks()
         logging.getLogger("absl").addFilter(self._filter)
+        self._hook = _DropClosedLoopEchoes(sys.unraisablehook)
+        sys.unraisablehook = self._hook
 
     def check(self, step: int) -> None:
         """Raises `CheckpointSaveError` if a save has failed; returns at once otherwise."""
@@ -51,9 +57,11 @@ class SaveWatch:
     def save(self, state: Any, data_state: dict, meta: dict) -> None:
         """`checkpoints.save_checkpoint`, reporting a failure as `CheckpointSaveError`."""
         self.step = int(state.step)
+        self._wait()  # orbax waits for the previous save anyway; its failure names its step
+        self.saving = self.step
         try:
             ckpt.save_checkpoint(self.manager, state, data_state, meta)
-        except Exception as error:  # orbax raises the previous save's failure here too
+        except Exception as error:
             raise self._error(error) from error
 
     def close(self) -> None:
@@ -69,6 +77,8 @@ class SaveWatch:
             # traceback once the manager is closed (a race seen in CI): keep them quiet.
             if not self._reported:
                 logging.getLogger("absl").removeFilter(self._filter)
+                if sys.unraisablehook is self._hook:
+                    sys.unraisablehook = self._hook.previous
 
     def _wait(self) -> None:
         try:
@@ -79,27 +89,19 @@ class SaveWatch:
     def _error(self, error: Exception) -> CheckpointSaveError:
         self._reported = True
         directory = Path(self.manager.directory)
-        kept = newest_on_disk(directory)
-        stopped = f"; the run stopped at step {self.step}" if self.step is not None else ""
+        kept = newest_checkpoint(directory)
+        # The failed save's step: the run has trained on a little since (it is checked
+        # after each step), and those steps are lost with it.
+        which = f"checkpoint {self.saving}" if self.saving is not None else "a checkpoint"
         intact = (
             f"checkpoint {kept} is intact" if kept is not None else "no checkpoint was saved yet"
         )
         return CheckpointSaveError(
-            f"Saving a checkpoint in {directory} failed ({type(error).__name__}: "
-            f"{ckpt.one_line(error)}){stopped}; {intact}. Fix the cause (free space on the "
-            "disk if it is full), then re-run the same command to resume"
+            f"Saving {which} in {directory} failed ({type(error).__name__}: "
+            f"{ckpt.one_line(error)}), so the run stopped; {intact}. Fix the cause (free space "
+            "on the disk if it is full), then re-run the same command to resume"
             + (f" from step {kept}." if kept is not None else ".")
         )
-
-
-def newest_on_disk(checkpoint_dir: Path) -> int | None:
-    """The highest committed step in `checkpoint_dir` (orbax names it by its step alone;
-    a save in progress is `<step>.orbax-checkpoint-tmp...`), or None."""
-    try:
-        steps = [int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()]
-    except OSError:
-        return None
-    return max(steps, default=None)
 
 
 class _DropOrbaxTracebacks(logging.Filter):
@@ -108,3 +110,24 @@ class _DropOrbaxTracebacks(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         from_orbax = "/orbax/" in record.pathname.replace("\\", "/")
         return not (from_orbax and record.levelno >= logging.ERROR and record.exc_info)
+
+
+class _DropClosedLoopEchoes:
+    """`sys.unraisablehook` while saves are watched: drops the "Event loop is closed" echoes
+    of a failed save, passes everything else on.
+
+    orbax runs a save's array writes in an event loop of its own, which it closes as soon as
+    the first write fails (`asyncio_utils._run_sync_via_new_loop`); tensorstore then posts
+    the completion of every write still in flight to that closed loop, and each raises
+    `RuntimeError: Event loop is closed` into this hook: one traceback per array (270 for
+    the README model on a full disk), before the one line that reports the failure.
+    """
+
+    def __init__(self, previous: Any):
+        self.previous = previous
+
+    def __call__(self, unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+            return
+        self.previous(unraisable)

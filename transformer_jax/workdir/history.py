@@ -28,6 +28,7 @@ from transformer_jax.workdir.checkpoints import (
     METRICS_FILE,
     TENSORBOARD_DIR,
 )
+from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
 
 PREVIOUS_DIR = "previous_runs"  # <workdir>/previous_runs/<time>/: a history moved aside
 
@@ -114,7 +115,13 @@ def truncate_metrics(workdir: str | Path, step: int) -> int:
     dropped = len(lines) - len(kept)
     if dropped:
         temporary = path.with_name(f".{METRICS_FILE}.tmp")
-        temporary.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        try:
+            temporary.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        except OSError as error:  # a full disk: metrics.jsonl is as it was
+            temporary.unlink(missing_ok=True)
+            raise WorkdirWriteError(
+                write_failure(error, path.parent, f"Rewriting {path}")
+            ) from error
         os.replace(temporary, path)
     return dropped
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from absl import logging
 
+from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
+
 LOCK_FILE = ".lock"
 
 _held: dict[Path, int] = {}  # workdir (resolved) -> nesting depth, in this process
@@ -103,7 +105,13 @@ def _acquire(path: Path, workdir: Path) -> int:
             logging.info(
                 "Took over %s from %s, which is no longer running.", path, _describe(previous)
             )
-        _write(handle)
+        try:
+            _write(handle)
+        except OSError as error:  # a full disk: the run could not have written anything else
+            with contextlib.suppress(OSError):
+                path.unlink()  # before unlocking, as `hold` does
+            os.close(handle)
+            raise WorkdirWriteError(write_failure(error, workdir, f"Writing {path}")) from None
         return handle
     raise WorkdirLockedError(
         f"{path} keeps being replaced; is another trainer starting and ending?"

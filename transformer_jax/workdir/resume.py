@@ -22,6 +22,13 @@ are. Before anything is written, `check_resume_config` compares the new config w
   `linear` or `cosine` schedule also moves the point where it decays to 0: warned too.
 
 A key the saved config lacks (added to the code since) is accepted with a note.
+
+A workdir without a checkpoint has nothing to protect: its run stopped before its first save
+(a kill at step 100 of a run that saves at 500). A refused key is then accepted as
+"replaced": the run starts afresh with the new config, its tokenizers built again and the
+old history moved aside, rather than sending the user to an `--init_from` that has no
+parameters to give. So is one whose checkpoints were all moved aside as unusable, with
+`--restart_from_scratch`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from absl import logging
 
 from transformer_jax.runtime.commands import shell_path
 from transformer_jax.workdir import checkpoints as ckpt
+from transformer_jax.workdir import history
+from transformer_jax.workdir.directory import newest_checkpoint
 
 FREE_KEYS = frozenset(
     {
@@ -88,7 +97,7 @@ class ConfigChange:
     key: str  # dotted, e.g. "model.ffn_dim"
     old: Any
     new: Any
-    kind: str  # "refused" | "optimisation" | "accepted" | "new key"
+    kind: str  # "refused" | "replaced" | "optimisation" | "accepted" | "new key"
 
     def __str__(self) -> str:
         return f"{self.key}: {self.old!r} -> {self.new!r}"
@@ -126,12 +135,16 @@ def config_changes(old: dict, new: ml_collections.ConfigDict | dict) -> list[Con
 
 
 def check_resume_config(
-    config: ml_collections.ConfigDict, workdir: str | Path
+    config: ml_collections.ConfigDict, workdir: str | Path, *, restart_from_scratch: bool = False
 ) -> list[ConfigChange]:
     """The accepted changes of `config` against `<workdir>/config.json` ([] if there is none).
 
-    Raises `ConfigMismatchError` naming every refused key and the two ways forward. Writes
-    nothing: the caller saves the config once the run is under way.
+    Raises `ConfigMismatchError` naming every refused key and the ways forward that can work.
+    Refused keys are accepted as "replaced" where no checkpoint would be mixed up: a workdir
+    that never committed one (its run stopped before its first save), or, with
+    `restart_from_scratch`, one whose checkpoints were all moved aside as unusable. Writes
+    nothing: the caller saves the config once the run is under way (and rebuilds the
+    tokenizers of a replaced config; its old history is moved aside by `restore`).
     """
     workdir = Path(workdir)
     if not (workdir / ckpt.CONFIG_FILE).is_file():
@@ -139,21 +152,48 @@ def check_resume_config(
     old = ckpt.load_config(workdir).to_dict()
     changes = config_changes(old, config)
     refused = [c for c in changes if c.kind == "refused"]
-    if refused:
+    if not refused:
+        return changes
+    committed = _has_committed_step(workdir)
+    if not history.ever_checkpointed(workdir) or (restart_from_scratch and not committed):
+        return [dataclasses.replace(c, kind="replaced") if c in refused else c for c in changes]
+    if committed:
         new_workdir = f"{str(workdir).rstrip('/')}_finetune"
-        raise ConfigMismatchError(
-            f"{workdir} holds a run with another model, vocabulary or data: "
-            f"{'; '.join(str(c) for c in refused)} (vs {workdir / ckpt.CONFIG_FILE}). Resuming "
-            "would mix two runs, so nothing was written. Either train into a new "
-            f"--workdir, or fine-tune this run's parameters in a new workdir: "
-            f"--workdir={shell_path(new_workdir)} {INIT_FROM_FLAG}={shell_path(workdir)}."
+        ways = (
+            "Either train into a new --workdir, or fine-tune this run's parameters in a new "
+            f"workdir: --workdir={shell_path(new_workdir)} {INIT_FROM_FLAG}={shell_path(workdir)}."
         )
-    return changes
+    else:  # nothing to fine-tune from: its checkpoints were all unusable
+        ways = (
+            "Its checkpoints were all moved aside as unusable: train into a new --workdir, or "
+            "re-run with --restart_from_scratch to move its history to previous_runs/ and "
+            "start afresh with this config."
+        )
+    raise ConfigMismatchError(
+        f"{workdir} holds a run with another model, vocabulary or data: "
+        f"{'; '.join(str(c) for c in refused)} (vs {workdir / ckpt.CONFIG_FILE}). Resuming "
+        f"would mix two runs, so nothing was written. {ways}"
+    )
+
+
+def _has_committed_step(workdir: Path) -> bool:
+    """Whether `<workdir>/checkpoints/` holds a committed step (usable or not: unknown yet)."""
+    return newest_checkpoint(workdir / ckpt.CHECKPOINT_DIR) is not None
 
 
 def log_changes(changes: list[ConfigChange], workdir: str | Path) -> None:
     """One log line per accepted change; a warning for those that change the optimisation."""
+    replaced = [c for c in changes if c.kind == "replaced"]
+    if replaced:
+        logging.warning(
+            "%s has no checkpoint of its previous config, so the run starts afresh with this "
+            "one: %s (recorded in config.json; the tokenizers are built again).",
+            workdir,
+            "; ".join(str(c) for c in replaced),
+        )
     for change in changes:
+        if change.kind == "replaced":
+            continue
         if change.kind == "optimisation":
             logging.warning(
                 "Resuming %s with %s: the remaining steps are optimised differently "
