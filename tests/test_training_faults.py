@@ -264,6 +264,24 @@ def test_a_full_disk_while_writing_metrics_is_reported_once(tmp_path, monkeypatc
     assert [r["step"] for r in history.read_metrics(tmp_path)] == [1, 2]
 
 
+def test_a_full_disk_while_resuming_leaves_metrics_jsonl_as_it_was(tmp_path, monkeypatch):
+    lines = [json.dumps({"step": step, "split": "train"}) for step in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+    write_text = Path.write_text
+
+    def full(self, *args, **kwargs):
+        write_text(self, "{", encoding="utf-8")  # a part written before the disk filled
+        raise FULL
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(WorkdirWriteError, match="Rewriting .*metrics.jsonl failed"):
+        history.truncate_metrics(tmp_path, 2)  # was: a raw OSError
+    monkeypatch.undo()
+    assert [r["step"] for r in history.read_metrics(tmp_path)] == [1, 2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "metrics.jsonl"]
+
+
 @pytest.mark.slow
 @needs_corpus
 def test_a_full_disk_while_training_is_one_fatal_line_and_the_checkpoint_stays(tmp_path):
