@@ -281,14 +281,16 @@ def test_both_engines_note_a_prefix_once(export):
         None, ["w1", "w2"], translator=model, prefix=prefix, max_decode_len=4, stderr=stderr
     )
     assert all(line.startswith("w1 <unk> w2 w3") for line in lines), lines
-    notes = stderr.getvalue().splitlines()
+    notes = [n for n in stderr.getvalue().splitlines() if "the prefix" in n]
     assert len(notes) == 2 and "'zz'" in notes[0] and "cut to its first 4 tokens" in notes[1]
+    # Each line also says it was cut (the JAX engine knows which outputs ran out of budget).
+    assert stderr.getvalue().count("translation was cut at 4 tokens") == 2
     assert translate_workdir(
         None, ["w1"], translator=model, prefix=prefix, first_number=3, stderr=io.StringIO()
     )  # a stream's later chunk: the notes came with the first line's
     result = translate(export, f"--prefix={prefix}", "--max_decode_len=4", "w1", "w2")
     assert result.returncode == 0, result.stderr
-    assert [line for line in result.stderr.splitlines() if line.startswith("note")] == notes
+    assert [n for n in result.stderr.splitlines() if n.startswith("note: the prefix")] == notes
 
 
 def test_the_ctranslate2_engine_gives_a_long_prefix_room_as_the_jax_engine(export):
@@ -298,3 +300,16 @@ def test_the_ctranslate2_engine_gives_a_long_prefix_room_as_the_jax_engine(expor
     ours = random_translator().translate(["w1"], prefix=prefix, beam_size=1)
     theirs = translate_detailed(export, ["w1"], prefix=prefix, beam_size=1).texts
     assert ours[0].startswith(prefix) and theirs[0].startswith(prefix)
+
+
+def test_a_translation_cut_by_its_budget_is_noted_on_stderr():
+    """With room for one token, which cannot be <eos> (min_len 1), every non-empty line's
+    output is cut, and says so, numbered as the input's lines (empty ones translate empty)."""
+    stderr = io.StringIO()
+    model = random_translator()
+    lines = translate_workdir(
+        "", ["w1 w2", "", "w3"], translator=model, stderr=stderr, max_decode_len=1
+    )
+    assert len(lines) == 3 and lines[1] == "" and lines[0] and lines[2]
+    notes = [n for n in stderr.getvalue().splitlines() if "was cut at 1 tokens" in n]
+    assert [n.split("'")[0] for n in notes] == ["note: sentence 1", "note: sentence 3"]

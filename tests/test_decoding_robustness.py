@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import float32_matmuls
-from transformer_jax.data.vocab import EOS_ID, PAD_ID, SPECIAL_TOKENS
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.decoding import batch_decode, model_decode, search
 from transformer_jax.decoding.options import DecodeOptions
@@ -245,3 +245,24 @@ def test_search_never_ends_at_the_first_step_unless_asked():
     assert early[:, 0].tolist() == [EOS_ID] * 2
     beam = np.asarray(search.beam_search(step, (), 1, 2, 4, alpha=0.6).tokens)  # (1, 2, 4)
     assert beam[0, 0, :2].tolist() == [3, EOS_ID] and np.all(beam[0, :, 0] != EOS_ID)
+
+
+def test_search_never_writes_pad_or_bos():
+    """A toy step function that ranks `<pad>` first and `<bos>` second at every step (an
+    untrained model can): greedy, beam and sampling write the best real token instead (its
+    output was an empty line: the padding is stripped)."""
+    vocab = 6
+
+    def step(tokens, state):
+        logits = jnp.zeros((vocab,)).at[PAD_ID].set(9.0).at[BOS_ID].set(8.0).at[4].set(1.0)
+        return jnp.broadcast_to(logits, (tokens.shape[0], vocab)), state
+
+    out = np.asarray(search.greedy_search(step, (), 2, 3))
+    assert out.tolist() == [[4, 4, 4]] * 2
+    beam = np.asarray(search.beam_search(step, (), 1, 2, 3, alpha=0.6).tokens)  # (1, 2, 3)
+    for hyp in beam[0].tolist():  # <pad> only after <eos>, as padding
+        written = hyp[: hyp.index(EOS_ID)] if EOS_ID in hyp else hyp
+        assert written and not set(written) & {PAD_ID, BOS_ID}, beam
+    logits = search.ruled_out(jnp.zeros((1, vocab)), jnp.asarray(5), 1)
+    assert np.isinf(np.asarray(logits)[0, [PAD_ID, BOS_ID]]).all()
+    assert np.isfinite(np.asarray(logits)[0, EOS_ID])  # past min_len, <eos> may end it

@@ -18,7 +18,7 @@ to (and beam search reorders) a short cache.
 Each row (greedy, sampling) or sentence (beam search) has its own `limit`: it ends there as if
 by `<eos>`, so its output never depends on the other rows of its batch. As fairseq's default
 `min_len=1`, `<eos>` cannot be the first token: a non-empty source never gets an empty output
-(callers never decode empty sources).
+(callers never decode empty sources); `<pad>` and `<bos>` are never written (`ruled_out`).
 """
 
 from __future__ import annotations
@@ -57,16 +57,29 @@ def row_limits(limit: Array | int | None, max_len: int, rows: int) -> Array:
     return jnp.minimum(limit, max_len)
 
 
-def no_early_eos(logits: Array, i: Array, min_len: int, eos_id: int = EOS_ID) -> Array:
-    """(N, V) logits (or log-probabilities) with `<eos>` at -inf while step i < min_len.
+def ruled_out(
+    logits: Array,
+    i: Array,
+    min_len: int,
+    *,
+    eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+) -> Array:
+    """(N, V) logits (or log-probabilities) with what no output may hold at step i at -inf:
+    `<pad>` and `<bos>` always (no target holds them; a model that still ranks one first,
+    e.g. an untrained one, would otherwise write an empty line, its padding stripped), and
+    `<eos>` while i < min_len.
 
-    fairseq's default min_len=1: the most probable first token of a short, odd source (a
-    lone "I", "<pad>" as text) was `<eos>`, an empty translation of a non-empty input.
+    fairseq does both (pad never; min_len=1 by default): the most probable first token of a
+    short, odd source (a lone "I", "<pad>" as text) was `<eos>`, an empty translation of a
+    non-empty input.
     """
-    if min_len < 1:
-        return logits
-    is_eos = jnp.arange(logits.shape[-1]) == eos_id  # (V,)
-    return jnp.where((i < min_len) & is_eos, NEG_INF, logits)
+    ids = jnp.arange(logits.shape[-1])  # (V,)
+    never = (ids == pad_id) | (ids == bos_id)
+    if min_len >= 1:
+        never = never | ((i < min_len) & (ids == eos_id))
+    return jnp.where(never, NEG_INF, logits)
 
 
 def first_argmax(logits: Array) -> Array:
@@ -206,7 +219,8 @@ def extend_rows(
 ) -> tuple[Array, Array]:
     """One hypothesis per row, extended by `pick(logits, i)` (greedy: the arg-max; sampling:
     a draw) after any forced `prefix` tokens, until `<eos>` or the row's `limit` tokens
-    (scalar or (B,)); `pick` never sees `<eos>` before step `min_len`.
+    (scalar or (B,)); `pick` never sees `<eos>` before step `min_len`, nor ever `<pad>` or
+    `<bos>` (`ruled_out`).
 
     Returns (tokens (B, L) as `greedy_search`'s, log P (B,) of each row's tokens under the
     step function's distribution, `<eos>` included; zeros when not `scored`, which saves a
@@ -228,7 +242,7 @@ def extend_rows(
     def body(carry):
         i, last, tokens, finished, log_prob, state = carry
         logits, state = step_fn(last, state)  # (B, V)
-        nxt = pick(no_early_eos(logits, i, min_len, eos_id), i)  # (B,)
+        nxt = pick(ruled_out(logits, i, min_len, eos_id=eos_id, pad_id=pad_id, bos_id=bos_id), i)
         token, forced = forced_tokens(prefix, i, pad_id)
         if prefix is not None:
             nxt = jnp.where(forced, token, nxt)
@@ -399,7 +413,8 @@ def beam_search(
         logits, state = step_fn(last.reshape(b * w), state)  # (B·W, V)
         vocab = logits.shape[-1]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (B·W, V)
-        logp = no_early_eos(logp, i, min_len, eos_id).reshape(b, w, vocab)
+        logp = ruled_out(logp, i, min_len, eos_id=eos_id, pad_id=pad_id, bos_id=bos_id)
+        logp = logp.reshape(b, w, vocab)
         token, forced = forced_tokens(prefix, i, pad_id)  # (B,) twice
         if prefix is not None:
             other = jnp.arange(vocab)[None, None, :] != token[:, None, None]  # (B, 1, V)

@@ -38,7 +38,7 @@ from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
-from transformer_jax.inference.notes import source_notes
+from transformer_jax.inference.notes import output_notes, source_notes
 from transformer_jax.inference.source_ids import unknown_words
 
 FORMATS = ("plain", "tsv")
@@ -209,6 +209,7 @@ def translate_workdir(
     notes = source_notes(
         prepared, out.sources, translator.src_tokenizer, trained_len, first_number=first_number
     )
+    notes += output_notes(out.unfinished, first_number=first_number)  # cut by their budget
     if prefix and first_number == 1:  # once, not again for a stream's later lines
         notes += prefix_notes(
             translator.prepare(prefix),
