@@ -207,9 +207,12 @@ def _train_and_report(training) -> None:
         if not _reports_here():  # the report decodes on one host's devices
             logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
             return
-        from transformer_jax.evaluation.report import test_report
+        from transformer_jax.evaluation.report import ReportWriteError, test_report
 
-        test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
+        try:
+            test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
+        except ReportWriteError as error:  # printed, not written (a full disk): the model is saved
+            launch.fatal(str(error))
 
 
 def _reports_here() -> bool:

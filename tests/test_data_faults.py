@@ -314,3 +314,22 @@ def test_a_full_disk_while_writing_a_report_keeps_the_old_files_whole(tmp_path, 
     message = str(raised.value)
     assert f"cannot be written into {tmp_path} (" in message and "No space left" in message
     assert "--report_dir=DIR" in message
+
+
+def test_a_report_that_cannot_be_written_is_still_printed(monkeypatch, capsys):
+    """A training launch's closing report on a full disk: the scores on stdout, then the
+    error (which the train launcher makes one FATAL line)."""
+    from transformer_jax.evaluation import report as report_lib
+
+    scored = {
+        "bleu": 37.5, "chrf": 57.0, "split": "test", "beam_size": 4, "bleu_signature": "s",
+        "chrf_signature": "c", "bleu_by_length": [], "num_sentences": 3,
+    }  # fmt: skip
+
+    def unwritable(workdir, num_examples):
+        raise report_lib.ReportWriteError("cannot be written into W (disk full)", scored)
+
+    monkeypatch.setattr(report_lib, "evaluate_workdir", unwritable)
+    with pytest.raises(report_lib.ReportWriteError, match="cannot be written"):
+        report_lib.test_report("W", 100)
+    assert capsys.readouterr().out.startswith("BLEU 37.50  chrF 57.00  on test, beam 4")

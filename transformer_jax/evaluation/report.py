@@ -364,8 +364,13 @@ def speed_sources(sources: Sequence[str]) -> Sequence[str]:
 
 def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
     """What a training launch prints at the end: BLEU, chrF and the length table on
-    `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too."""
-    report = evaluate_workdir(workdir, num_examples=num_examples)
+    `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too.
+    A report scored but not written (`ReportWriteError`: a full disk) is printed, then raised."""
+    try:
+        report = evaluate_workdir(workdir, num_examples=num_examples)
+    except ReportWriteError as error:  # the decoding's result shown, not lost
+        print("\n".join(summary_lines(error.report)), flush=True)
+        raise
     print("\n".join(summary_lines(report)), flush=True)
     print("\n".join(where_lines(workdir, report)), flush=True)
     return report
