@@ -133,8 +133,8 @@ def test_learned_positions_give_a_clear_error_naming_the_limit(model):
 
 
 def test_output_budget_follows_the_source_length(model):
-    """a·W + b rounded up to 8 (W the batch's source width), or max_decode_len; a long source
-    gets a long budget, and sources of one width share one budget (one compiled program)."""
+    """a·W + b rounded up to 8 (W a source's length), or max_decode_len; a long source gets a
+    long budget (each row its own limit in one compiled program)."""
     assert output_budget(5, max_len_a=2.0, max_len_b=10) == 24  # 20 -> 24
     assert output_budget(40, max_len_a=1.5, max_len_b=10) == 72  # 70 -> 72
     assert output_budget(40, max_len_a=2.0, max_len_b=10, max_decode_len=9) == 9
