@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, subprocess_env, without_cut_notes
 from tests.tiny_run import tiny_config
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation.translate_cli import (
@@ -187,7 +187,7 @@ def test_translate_prompts_on_a_terminal(workdir):
         line = _read_line(proc, timeout=120)
         os.write(master, b"\x04")  # Ctrl-D at the prompt: the end
         assert proc.wait(timeout=60) == 0
-        stderr = proc.stderr.read().decode()
+        stderr = without_cut_notes(proc.stderr.read().decode())
     finally:
         proc.kill()
         proc.wait()
