@@ -176,3 +176,20 @@ def without_cut_notes(text: str) -> str:
     budget, which an almost untrained test model earns on most lines (a prompt before one
     stays)."""
     return re.sub(r"note: sentence #?\d+'s translation was cut at [^\n]*\n", "", text)
+
+
+def one_fatal_line(result: subprocess.CompletedProcess) -> str:
+    """The one `FATAL:` line of a launcher that ended cleanly with exit 2 (no traceback)."""
+    assert result.returncode == 2, result.stderr[-4000:]
+    fatal = [line for line in result.stderr.splitlines() if line.startswith("FATAL:")]
+    assert len(fatal) == 1, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    return fatal[0]
+
+
+def last_fatal_line(result: subprocess.CompletedProcess) -> str:
+    """The last stderr line of a launcher, checked to be the FATAL line of a clean exit 2."""
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("FATAL: "), last
+    return last

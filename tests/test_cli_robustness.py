@@ -164,7 +164,7 @@ def test_the_jax_engine_keeps_the_output_file_when_it_fails_after_start_up(workd
 
 @pytest.mark.parametrize("interactive", [False, True])
 def test_the_ctranslate2_engine_answers_each_line_before_the_next(export, tmp_path, interactive):
-    from tests.test_translate_stream import _read_line
+    from tests.test_translate_stream import answers_line_by_line
 
     sentences = ["w1 w2 w3", "w4", "", "w5 w6"]
     (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
@@ -175,20 +175,7 @@ def test_the_ctranslate2_engine_answers_each_line_before_the_next(export, tmp_pa
         cwd=REPO, env=subprocess_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # fmt: skip
-    try:
-        got = []
-        for sentence in sentences:
-            proc.stdin.write(f"{sentence}\n".encode())
-            proc.stdin.flush()  # stdin stays open: the translation must come back now
-            got.append(_read_line(proc, timeout=60).decode().rstrip("\n"))
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert got == want and len(want) == 4
+    assert answers_line_by_line(proc, sentences, timeout=60) == want and len(want) == 4
 
 
 def test_jax_only_flags_name_their_own_reason(export):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, last_fatal_line, subprocess_env
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import datasets, download
 from transformer_jax.data.corpus import CorruptArchiveError
@@ -38,10 +38,7 @@ def _last_stderr_line(args: list[str], cwd: Path) -> str:
         text=True,
         timeout=300,
     )
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("FATAL: "), last
-    return last
+    return last_fatal_line(result)
 
 
 # -- a damaged build: its info files ---------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, last_fatal_line, subprocess_env
 from transformer_jax.data import datasets
 
 pytest_plugins = ["tests.conftest_data"]
@@ -163,10 +163,7 @@ def _launch_on(cfg, zip_path, *flags: str) -> str:
         text=True,
         timeout=300,
     )
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("FATAL: "), last
-    return last
+    return last_fatal_line(result)
 
 
 def test_a_split_too_small_or_a_damaged_build_is_one_fatal_line(make_cfg, small_zip):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, one_fatal_line, subprocess_env
 from tests.tiny_run import tiny_command, tiny_config
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.workdir import checkpoints as ckpt
@@ -72,14 +72,6 @@ def launch(command: list[str], script: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
-
-
-def one_fatal_line(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, result.stderr[-4000:]
-    fatal = [line for line in result.stderr.splitlines() if line.startswith("FATAL:")]
-    assert len(fatal) == 1, result.stderr[-4000:]
-    assert "Traceback" not in result.stderr, result.stderr[-4000:]
-    return fatal[0]
 
 
 def messages(caplog) -> str:

@@ -123,21 +123,27 @@ def test_translate_answers_each_line_before_the_next_is_written(workdir, interac
     sentences = ["go .", "i lost .", "", "he's calm ."]
     want = translate_workdir(workdir, sentences, stderr=io.StringIO())
     proc = _translate_process(workdir, *(["--interactive"] if interactive else []))
+    assert answers_line_by_line(proc, sentences, timeout=120) == want
+
+
+def answers_line_by_line(proc: subprocess.Popen, sentences: list[str], timeout: float) -> list:
+    """`proc`'s translation of each sentence, read before the next is written (stdin stays
+    open until the last), then its clean end; the process is closed either way."""
     try:
         got = []
         for sentence in sentences:
             proc.stdin.write(f"{sentence}\n".encode())
             proc.stdin.flush()  # stdin stays open: the translation must come back now
-            got.append(_read_line(proc, timeout=120).decode().rstrip("\n"))
+            got.append(_read_line(proc, timeout=timeout).decode().rstrip("\n"))
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
         assert proc.stdout.read() == b""
+        return got
     finally:
         proc.kill()
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-    assert got == want
 
 
 @pytest.mark.slow  # trains for real (a few steps)
