@@ -98,12 +98,12 @@ def main(argv: list[str]) -> None:
         return _main_ctranslate2(argv)
     if not FLAGS.workdir:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
+    from transformer_jax.evaluation.output_file import write_lines
     from transformer_jax.evaluation.translate_cli import (
         first_workdir,
         read_sentences,
         translate_stream,
         translate_workdir,
-        write_lines,
     )
     from transformer_jax.runtime import configure_process, cpu_devices
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
@@ -138,8 +138,9 @@ def main(argv: list[str]) -> None:
 def _check_input_output(argv: list[str]) -> bool:
     """Whether stdin is translated as a stream (`translate_cli.stdin_is_stream`, or
     --interactive); one FATAL line for --interactive without stdin and for an --output_file
-    that is the input (`translate_cli.check_output_not_input`). Both engines."""
-    from transformer_jax.evaluation.translate_cli import check_output_not_input, stdin_is_stream
+    that is the input (`output_file.check_output_not_input`). Both engines."""
+    from transformer_jax.evaluation.output_file import check_output_not_input
+    from transformer_jax.evaluation.translate_cli import stdin_is_stream
 
     from_stdin = not argv[1:] and FLAGS.input_file in (None, "-")
     if FLAGS.interactive and not from_stdin:
@@ -171,10 +172,10 @@ def _decoding_options() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _output(streaming: bool) -> Iterator[TextIO]:
-    """--output_file opened for writing (`translate_cli.open_output`: moved into place when
+    """--output_file opened for writing (`output_file.open_output`: moved into place when
     done; in place when `streaming`), else stdout (left open). A path that cannot be
     written is one FATAL line, before anything is decoded."""
-    from transformer_jax.evaluation.translate_cli import open_output
+    from transformer_jax.evaluation.output_file import open_output
 
     if not FLAGS.output_file:
         yield sys.stdout
@@ -188,10 +189,10 @@ def _output(streaming: bool) -> Iterator[TextIO]:
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
+    from transformer_jax.evaluation.output_file import write_lines
     from transformer_jax.evaluation.translate_cli import (
         read_sentences,
         stream_lines,
-        write_lines,
     )
     from transformer_jax.export.ct2_translate import ENSEMBLE_ERROR, load_truecaser, open_translator
     from transformer_jax.export.extras import MissingExtraError
@@ -242,8 +243,9 @@ def _ct2_lines(
     """translate(sentences, first_number) -> output lines with the CTranslate2 export, its
     notes (the JAX engine's, sentences numbered from first_number; the prefix's with the
     first line's) on stderr: what `translate_cli.translate_workdir` is to the JAX engine."""
-    from transformer_jax.evaluation.translate_cli import format_lines, nbest_lines, prefix_notes
+    from transformer_jax.evaluation.translate_cli import format_lines, nbest_lines
     from transformer_jax.export.ct2_translate import translate_detailed
+    from transformer_jax.inference.notes import prefix_notes
 
     def translate(sentences: list[str], first_number: int) -> list[str]:
         out = translate_detailed(

@@ -18,14 +18,10 @@ from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.data.vocab import SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
+from transformer_jax.evaluation.output_file import check_output_not_input, open_output
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
-from transformer_jax.evaluation.translate_cli import (
-    check_output_not_input,
-    open_output,
-    prefix_notes,
-    read_sentences,
-    translate_workdir,
-)
+from transformer_jax.evaluation.translate_cli import read_sentences, translate_workdir
+from transformer_jax.inference.notes import prefix_notes
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

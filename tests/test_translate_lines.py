@@ -9,13 +9,13 @@ import io
 import pytest
 
 from transformer_jax.data.text_form import clean_text
+from transformer_jax.evaluation.output_file import write_lines
 from transformer_jax.evaluation.text_lines import decode_lines, split_lines
 from transformer_jax.evaluation.translate_cli import (
     STDIN_PROMPT,
     check_format,
     format_lines,
     read_sentences,
-    write_lines,
 )
 
 # Every character str.splitlines() breaks a line at, except "\n" and "\r\n".

@@ -7,6 +7,7 @@ use them."""
 
 from transformer_jax.data.text_form import detokenize_book
 from transformer_jax.evaluation.bleu import bleu_interval, book_bleu, corpus_bleu, corpus_chrf
+from transformer_jax.evaluation.output_file import write_lines
 from transformer_jax.evaluation.plots import (
     plot_attention,
     plot_training_curves,
@@ -14,12 +15,7 @@ from transformer_jax.evaluation.plots import (
     show_heatmaps,
 )
 from transformer_jax.evaluation.report import evaluate_translator, evaluate_workdir, format_report
-from transformer_jax.evaluation.translate_cli import (
-    format_lines,
-    read_sentences,
-    translate_workdir,
-    write_lines,
-)
+from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, translate_workdir
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
 
 __all__ = [

@@ -12,15 +12,12 @@ text to read, punctuation joined and capitals restored (`Translator.natural`,
 stores text and evaluate scores it ("je pense que tom a raison .").
 Everything else (the stdin prompt, invalid UTF-8, inputs longer than the model was trained
 on, a prefix the model cannot write as given, where the attention plot went) is said on
-stderr, never mixed into the output. An output file is replaced only once written
-(`open_output`), and never the input itself (`check_output_not_input`).
+stderr, never mixed into the output. Output files: `evaluation.output_file`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import select
 import stat
 import sys
@@ -31,15 +28,14 @@ from typing import Any, TextIO
 from absl import logging
 
 from transformer_jax.data.text_form import clean_text
-from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import position_limit
 from transformer_jax.decoding.options import Hypotheses
+from transformer_jax.evaluation.output_file import write_lines
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
-from transformer_jax.inference.notes import output_notes, source_notes
-from transformer_jax.inference.source_ids import unknown_words
+from transformer_jax.inference.notes import output_notes, prefix_notes, source_notes
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
@@ -227,53 +223,6 @@ def translate_workdir(
     return format_lines(sentences, out.texts, output_format, natural)
 
 
-def prefix_notes(
-    prefix: str,
-    tokenizer: Any,
-    *,
-    max_decode_len: int | None,
-    position_limit: int | None,
-    table: str = "the model's position table",
-) -> list[str]:
-    """The notes on a forced `prefix` (as prepared, e.g. `Translator.prepare`), as sources
-    get theirs (`inference.notes`): words the target vocabulary reads as `<unk>` (they come
-    out as "⁇"), special tokens it holds (`<eos>`, `<pad>`, `<bos>` of a word vocabulary,
-    forced as they are), and a prefix of more tokens than a translation may hold
-    (`max_decode_len`, else `position_limit`, the size of `table`; None: no limit), which
-    both engines cut there, mid-word if need be."""
-    if not prefix:
-        return []
-    ids = list(tokenizer.encode(prefix))
-    notes = []
-    unknown = unknown_words(tokenizer, prefix, ids)
-    if unknown:
-        shown = ", ".join(repr(w) for w in unknown[:5])
-        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        notes.append(
-            f"note: the prefix has {shown}{more}, which the model's target vocabulary does not "
-            "cover: forced as <unk>, which the translations show in their place."
-        )
-    names = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
-    special = list(dict.fromkeys(names[i] for i in ids if i in names))
-    if special:
-        notes.append(
-            f"note: the prefix holds the special token{'s' if len(special) > 1 else ''} "
-            f"{', '.join(special)}, forced as a token of the translation: drop "
-            f"{'them' if len(special) > 1 else 'it'} from --prefix."
-        )
-    limits = [(n, f"--max_decode_len={n}") for n in [max_decode_len] if n]
-    limits += [(n, f"{table}, {n} rows") for n in [position_limit] if n]
-    if limits:
-        limit, name = min(limits)
-        if len(ids) > limit:
-            notes.append(
-                f"note: the prefix has {len(ids)} tokens, more than a translation may hold "
-                f"({name}): each translation is the prefix cut to its first {limit} tokens "
-                "(shorten --prefix)."
-            )
-    return notes
-
-
 def nbest_lines(
     sources: Sequence[str],
     hypotheses: Sequence[Hypotheses],
@@ -303,90 +252,6 @@ def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str
     maps = translator.attention_maps(prepared[first], target_ids=target_ids)
     plot_attention(maps, path)
     logging.info("Attention of %r written to %s", prepared[first], path)
-
-
-def write_lines(lines: Sequence[str], output_file: str | Path | None, stdout: TextIO) -> None:
-    """The lines, each ending in `\\n`, to `output_file` (UTF-8; `open_output`: replaced
-    whole once written) or else `stdout`, flushed."""
-    text = "".join(f"{line}\n" for line in lines)
-    if output_file:
-        with open_output(output_file) as output:
-            output.write(text)
-    else:
-        stdout.write(text)
-        stdout.flush()
-
-
-def check_output_not_input(
-    output_file: str | Path | None, input_file: str | Path | None, stdin: TextIO | None
-) -> None:
-    """A ValueError if `output_file` is the file the sentences come from: `input_file`, or
-    (None or "-") the regular file stdin reads (`< in.txt`). The same file (the same inode:
-    a hard or symbolic link too) would be replaced by the translations of itself, or with
-    a plain open() emptied before it is read. Only a regular output is compared: `/dev/stdout`
-    and a terminal may be stdin's device too, and nothing is replaced there."""
-    if not output_file:
-        return
-    try:
-        out = os.stat(output_file)
-    except OSError:  # not there yet (or unreadable: opening it says why)
-        return
-    if not stat.S_ISREG(out.st_mode):
-        return
-    try:
-        if input_file and input_file != "-":
-            source, where = os.stat(input_file), f"--input_file={input_file}"
-        elif stdin is not None:
-            source, where = os.fstat(stdin.fileno()), f"stdin reads it: < {output_file}"
-        else:
-            return
-    except (AttributeError, OSError, ValueError):  # no such input (read_sentences says), or no fd
-        return
-    if (source.st_dev, source.st_ino) == (out.st_dev, out.st_ino):
-        raise ValueError(
-            f"--output_file={output_file} is the input ({where}): its sentences would be "
-            "replaced by their translations; write them to another file."
-        )
-
-
-@contextlib.contextmanager
-def open_output(output_file: str | Path, *, stream: bool = False) -> Iterator[TextIO]:
-    """`output_file` opened for writing (UTF-8, "\\n" line ends), so that a failure leaves
-    an existing file as it was: the lines go to a temporary file beside it, moved into its
-    place (`os.replace`, atomic) when the block ends without an exception, and removed when
-    it raises (Ctrl-C and `sys.exit` included). Opened before decoding: a bad path fails
-    first.
-
-    `stream`: written in place instead, each line visible as it is flushed (translate's
-    stdin stream: a co-process may read the file as it grows), so a failure leaves the lines
-    written so far; so too a path that is not a regular file (`/dev/stdout`, a pipe) and a
-    file whose directory cannot hold another."""
-    path = Path(os.path.realpath(output_file))  # a symbolic link's target is replaced
-    existing = path.stat() if path.exists() else None
-    if stream or (existing is not None and not stat.S_ISREG(existing.st_mode)):
-        with open(output_file, "w", encoding="utf-8", newline="\n") as output:
-            yield output
-        return
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        # The mode an open() would give a new file (0o666 less the umask), or the old one's.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except PermissionError:
-        if existing is None:
-            raise
-        with open(output_file, "w", encoding="utf-8", newline="\n") as output:
-            yield output  # a writable file in a closed directory: in place
-        return
-    try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as output:
-            if existing is not None:
-                os.chmod(temporary, stat.S_IMODE(existing.st_mode))
-            yield output
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def stdin_is_stream(stdin: TextIO) -> bool:

@@ -132,7 +132,7 @@ class Translations:
     trained_len: int | None
     # Each input's n-best with scores, when asked for (scores=True or decoding options).
     hypotheses: list[Hypotheses] | None = None
-    # For the notes on a prefix (`evaluation.translate_cli.prefix_notes`): the target
+    # For the notes on a prefix (`inference.notes.prefix_notes`): the target
     # tokenizer, each input's prefix as prepared ("" = none) and the max_decode_len used.
     tgt_tokenizer: Any = None
     prefixes: list[str] | None = None

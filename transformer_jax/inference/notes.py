@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import LONG_SOURCE_FACTOR
 from transformer_jax.inference.source_ids import EncodedSources, unknown_words
 
@@ -47,10 +48,8 @@ def output_notes(unfinished: dict[int, int], *, first_number: int = 1) -> list[s
 
 def unknown_note(number: int, unknown: Sequence[str]) -> str:
     """Input `number` holds words the source vocabulary reads as `<unk>`."""
-    shown = ", ".join(repr(w) for w in unknown[:5])
-    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
     return (
-        f"note: sentence {number} has {shown}{more}, which the model's vocabulary does not "
+        f"note: sentence {number} has {_listed(unknown)}, which the model's vocabulary does not "
         "cover: read as <unk>, so the translation may miss or invent them."
     )
 
@@ -74,3 +73,54 @@ def source_notes(
         if unknown:
             notes.append(unknown_note(first_number + i, unknown))
     return notes
+
+
+def prefix_notes(
+    prefix: str,
+    tokenizer: Any,
+    *,
+    max_decode_len: int | None,
+    position_limit: int | None,
+    table: str = "the model's position table",
+) -> list[str]:
+    """The notes on a forced `prefix` (as prepared, e.g. `Translator.prepare`), as sources
+    get theirs (`inference.notes`): words the target vocabulary reads as `<unk>` (they come
+    out as "⁇"), special tokens it holds (`<eos>`, `<pad>`, `<bos>` of a word vocabulary,
+    forced as they are), and a prefix of more tokens than a translation may hold
+    (`max_decode_len`, else `position_limit`, the size of `table`; None: no limit), which
+    both engines cut there, mid-word if need be."""
+    if not prefix:
+        return []
+    ids = list(tokenizer.encode(prefix))
+    notes = []
+    unknown = unknown_words(tokenizer, prefix, ids)
+    if unknown:
+        notes.append(
+            f"note: the prefix has {_listed(unknown)}, which the model's target vocabulary does "
+            "not cover: forced as <unk>, which the translations show in their place."
+        )
+    names = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
+    special = list(dict.fromkeys(names[i] for i in ids if i in names))
+    if special:
+        notes.append(
+            f"note: the prefix holds the special token{'s' if len(special) > 1 else ''} "
+            f"{', '.join(special)}, forced as a token of the translation: drop "
+            f"{'them' if len(special) > 1 else 'it'} from --prefix."
+        )
+    limits = [(n, f"--max_decode_len={n}") for n in [max_decode_len] if n]
+    limits += [(n, f"{table}, {n} rows") for n in [position_limit] if n]
+    if limits:
+        limit, name = min(limits)
+        if len(ids) > limit:
+            notes.append(
+                f"note: the prefix has {len(ids)} tokens, more than a translation may hold "
+                f"({name}): each translation is the prefix cut to its first {limit} tokens "
+                "(shorten --prefix)."
+            )
+    return notes
+
+
+def _listed(words: Sequence[str], most: int = 5) -> str:
+    """ "'a', 'b' and 3 more": the first `most` of `words`, quoted, then how many more."""
+    more = f" and {len(words) - most} more" if len(words) > most else ""
+    return ", ".join(repr(w) for w in words[:most]) + more
