@@ -54,7 +54,9 @@ class TorchSeq2Seq(nn.Module):
 def make_train_step(
     s: Setting, compile: bool = False, bf16: bool = False, device: str = "cpu", fused: bool = False
 ):
-    """A closure running one Adam step on a fixed batch; returns the loss (synchronously).
+    """A closure running one Adam step on a batch: `step(batch)` returns the loss as a float
+    (synchronously), `step(batch, sync=False)` the loss tensor without waiting for the device.
+    A batch is numpy arrays (copied to `device` in the step) or `to_device`'s tensors.
 
     `bf16` runs forward and loss under `torch.autocast(<device type>, torch.bfloat16)`,
     PyTorch's mixed precision: float32 parameters and optimizer, bfloat16 matmuls (oneDNN on
@@ -69,10 +71,8 @@ def make_train_step(
     forward = torch.compile(model) if compile else model
     device_type = torch.device(device).type
 
-    def step(batch):
-        src = torch.from_numpy(batch["src"]).long().to(device)
-        tgt_in = torch.from_numpy(batch["tgt_in"]).long().to(device)
-        tgt_out = torch.from_numpy(batch["tgt_out"]).long().to(device)
+    def step(batch, sync: bool = True):
+        src, tgt_in, tgt_out = (_on(batch[k], device) for k in ("src", "tgt_in", "tgt_out"))
         src_pad = src == 0
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
@@ -80,9 +80,21 @@ def make_train_step(
             loss = loss_fn(logits.float().reshape(-1, s.vocab), tgt_out.reshape(-1))
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.item() if sync else loss.detach()
 
     return step, model
+
+
+def to_device(batch: dict[str, np.ndarray], device: str) -> dict[str, torch.Tensor]:
+    """A numpy batch's token arrays as int64 tensors on `device`, for `step` to take as they
+    are: no copy (and, on a GPU, no wait for the device) inside the step."""
+    return {k: _on(batch[k], device) for k in ("src", "tgt_in", "tgt_out")}
+
+
+def _on(x: np.ndarray | torch.Tensor, device: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.from_numpy(np.asarray(x)).long().to(device)
 
 
 def greedy_recompute(model: TorchSeq2Seq, src: torch.Tensor, max_len: int) -> torch.Tensor:

@@ -99,6 +99,9 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
                 assert "flax_wmt_dir" in entry
             elif not (name == "torch.compile" and _reason(entry)):  # may fail on a CPU
                 assert entry["tokens_per_s"] > 0 and entry["rounds"] >= 1, (key, name, entry)
+                # Then timed again launching --pipeline steps in a row before one wait.
+                assert entry["pipeline"] == 4 and entry["pipelined_rounds"] >= 1
+                assert entry["pipelined_tokens_per_s"] > 0, (key, name, entry)
     # The speed job traces ours after the rounds: where its step's time goes, by op kind.
     profile = speed["base"]["profile"]
     assert profile["impl"].startswith("ours (") and profile["total_ms"] > 0
@@ -106,6 +109,8 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
     assert set(profile["ms_per_step"]) == {"matmul", "attention", "other"}
     assert sum(profile["ms_per_step"].values()) == pytest.approx(profile["total_ms"], abs=0.01)
     assert Path(profile["trace"]).is_file() and "profile" not in speed["readme"]
+    # Its matmuls told by name and by the step's optimised HLO, read from the compile cache.
+    assert profile["matmuls_from"].startswith("names + the HLO's"), profile["matmuls_from"]
     # Then the fastest torch implementation measured, by its kernels (torch.profiler).
     torch_profile = speed["base"].get("profile_torch")
     if have_torch:

@@ -46,3 +46,72 @@ def test_summary_sums_by_group_and_bounds_the_mfu_by_the_matmul_time():
     assert out["top"] == [["cublas-gemm", 30.0, 400, "matmul"], ["loop_fusion", 15.0, 900, "other"]]
     assert kernel_groups.summary(rows, flops=4e12, peak=None)["mfu_if_only_matmuls"] is None
     assert kernel_groups.summary([], flops=1.0, peak=1.0)["matmul_share"] is None
+
+
+# An optimised HLO module as XLA:GPU prints it (shapes shortened): a Triton GEMM fusion named
+# after the fusion pass ("fusion.4706") nested in an epilogue fusion, a plain elementwise
+# fusion, a cuBLAS call, and the entry computation calling them.
+HLO = """HloModule jit__fun, is_scheduled=true
+
+%gemm.7 (p0: bf16[64,32], p1: bf16[32,16]) -> f32[64,16] {
+  %p0 = bf16[64,32]{1,0} parameter(0)
+  %p1 = bf16[32,16]{1,0} parameter(1)
+  ROOT %dot.3 = f32[64,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused.12 (param_0: bf16[64,32], param_1: bf16[32,16]) -> f32[64,16] {
+  %param_0 = bf16[64,32]{1,0} parameter(0)
+  %param_1 = bf16[32,16]{1,0} parameter(1)
+  %inner.1 = f32[64,16]{1,0} fusion(%param_0, %param_1), kind=kCustom, calls=%gemm.7
+  ROOT %tanh.2 = f32[64,16]{1,0} tanh(%inner.1)
+}
+
+%fused.13 (param_0.1: f32[64,16]) -> f32[64,16] {
+  %param_0.1 = f32[64,16]{1,0} parameter(0)
+  ROOT %add.4 = f32[64,16]{1,0} add(%param_0.1, %param_0.1)
+}
+
+ENTRY %main.9 (Arg_0.1: bf16[64,32], Arg_1.2: bf16[32,16]) -> f32[64,16] {
+  %Arg_0.1 = bf16[64,32]{1,0} parameter(0)
+  %Arg_1.2 = bf16[32,16]{1,0} parameter(1)
+  %fusion.4706 = f32[64,16]{1,0} fusion(%Arg_0.1, %Arg_1.2), kind=kCustom, calls=%fused.12
+  %cublas-gemm.1 = f32[64,16]{1,0} custom-call(%Arg_0.1), custom_call_target="__cublas$gemm"
+  ROOT %loop_add_fusion = f32[64,16]{1,0} fusion(%fusion.4706), kind=kLoop, calls=%fused.13
+}
+"""
+
+
+def test_matmul_fusions_names_fusions_holding_a_dot_however_deep():
+    # fusion.4706 holds no dot itself: its computation calls the Triton GEMM fusion.
+    assert kernel_groups.matmul_fusions(HLO) == {"fusion_4706", "inner_1"}
+    assert kernel_groups.matmul_fusions("") == frozenset()
+    assert kernel_groups.kernel_name("gemm_fusion_dot.53") == "gemm_fusion_dot_53"
+
+
+def test_real_cpu_hlo_names_its_dot_fusion():
+    import jax
+    import jax.numpy as jnp
+
+    def fun(x, w):
+        return jnp.tanh(x @ w + 1.0).sum(0)
+
+    x, w = jnp.ones((64, 32)), jnp.ones((32, 16))
+    text = jax.jit(fun).lower(x, w).compile().as_text()
+    names = kernel_groups.matmul_fusions(text)
+    # XLA:CPU fuses the dot alone; the add/tanh fusion and the reductions hold none.
+    (name,) = names
+    (line,) = [ln for ln in text.splitlines() if f"{name.replace('_', '.')} = " in ln or
+               f"%{name} = " in ln]  # fmt: skip
+    called = line.split("calls=")[1].split(",")[0].strip().lstrip("%")
+    body = text.split(f"%{called} ")[1].split("\n}")[0]
+    assert " dot(" in body and "tanh" not in body
+
+
+def test_summary_counts_the_named_fusions_as_matmuls():
+    rows = [("fusion_4706", 6.0, 24), ("loop_add_fusion", 4.0, 12), ("nvjet_tst", 10.0, 66)]
+    by_name = kernel_groups.summary(rows, flops=1e12, peak=1e15)
+    assert by_name["ms_per_step"] == {"matmul": 10.0, "attention": 0.0, "other": 10.0}
+    hlo = kernel_groups.summary(rows, flops=1e12, peak=1e15, matmul_names={"fusion_4706"})
+    assert hlo["ms_per_step"] == {"matmul": 16.0, "attention": 0.0, "other": 4.0}
+    assert hlo["mfu_if_only_matmuls"] == pytest.approx(1e12 / 0.016 / 1e15)
+    assert hlo["top"][0] == ["fusion_4706", 6.0, 24, "matmul"]

@@ -10,6 +10,14 @@ built and called once (its compile, or torch's first step), then `--warmup` more
 then they are timed in turns, one step each, round after round (A B C A B C ...), so the
 drift of a shared machine falls on all alike; the median step is reported.
 
+A synchronised step also times the host's dispatch, which a training loop overlaps with
+the device's previous step (ours fetches metrics only at log steps). With --pipeline=K
+(default 4) a second set of rounds launches K steps of each in a row and waits once, the
+way a training loop runs: "pipelined_step_ms" is that wall time over K (median of
+rounds), with its tokens/s and MFU beside the synchronised ones. torch's batches are
+placed on the GPU beforehand (`torch_reference.to_device`): its step's own host-to-device
+copies would wait for the device.
+
   ours (custom_vjp|autodiff): `training.build` of the size's run config with `gradients` set,
     as a run of that config trains (benchmarks/train_step.py's path).
   flax wmt: their `models.Transformer` of the same sizes, our step (`flax_wmt.TrainStep`).
@@ -65,9 +73,15 @@ NUM_BATCHES = 4  # distinct host batches, cycled
 
 @dataclasses.dataclass
 class Impl:
-    call: Callable[[], None]  # one synchronised optimizer step
+    launch: Callable[[], None]  # one optimizer step, not waited for
+    wait: Callable[[], None]  # until every launched step has ended on the device
     tokens: float  # mean non-pad source + target tokens per call
     lower: Callable[[], jax.stages.Lowered] | None = None  # ours: the step, lowered
+
+    def call(self) -> None:
+        """One synchronised step."""
+        self.launch()
+        self.wait()
 
 
 class NotMeasured(Exception):
@@ -98,16 +112,16 @@ def make_ours(size: sizes.Size, gradients: str) -> Impl:
     batches = [size.batch(seed=i) for i in range(NUM_BATCHES)]
     box = {"state": parallel.put_replicated(built.init_state()), "i": 0}
 
-    def call() -> None:
+    def launch() -> None:
         batch = parallel.put_batch(batches[box["i"] % NUM_BATCHES])
-        box["state"], metrics = built.train_step(box["state"], batch)
+        box["state"], box["metrics"] = built.train_step(box["state"], batch)
         box["i"] += 1
-        jax.block_until_ready(metrics)
 
     def lower() -> jax.stages.Lowered:
         return built.train_step.lower(box["state"], parallel.put_batch(batches[0]))
 
-    return Impl(call, _mean_tokens(batches), lower)
+    wait = lambda: jax.block_until_ready(box["metrics"])  # noqa: E731
+    return Impl(launch, wait, _mean_tokens(batches), lower)
 
 
 def make_flax(size: sizes.Size, directory: str) -> Impl:
@@ -123,12 +137,12 @@ def make_flax(size: sizes.Size, directory: str) -> Impl:
     batches = [flax_wmt.wmt_batch(b) for b in host]
     box = {"state": wmt.init(seed=0, batch=batches[0]), "i": 0}
 
-    def call() -> None:
-        box["state"], loss = wmt.step(box["state"], batches[box["i"] % NUM_BATCHES])
+    def launch() -> None:
+        box["state"], box["loss"] = wmt.step(box["state"], batches[box["i"] % NUM_BATCHES])
         box["i"] += 1
-        jax.block_until_ready(loss)
 
-    return Impl(call, _mean_tokens(host))
+    wait = lambda: jax.block_until_ready(box["loss"])  # noqa: E731
+    return Impl(launch, wait, _mean_tokens(host))
 
 
 def torch_probe() -> str | None:
@@ -168,14 +182,17 @@ def make_torch(size: sizes.Size, compile: bool) -> Impl:
         device="cuda" if cuda else "cpu",
         fused=cuda,
     )
-    batches = [size.batch(seed=i) for i in range(NUM_BATCHES)]
+    host = [size.batch(seed=i) for i in range(NUM_BATCHES)]
+    device = "cuda" if cuda else "cpu"
+    batches = [torch_reference.to_device(b, device) for b in host]
     box = {"i": 0}
 
-    def call() -> None:
-        step(batches[box["i"] % NUM_BATCHES])  # returns loss.item(): synchronised
+    def launch() -> None:
+        step(batches[box["i"] % NUM_BATCHES], sync=False)
         box["i"] += 1
 
-    return Impl(call, _mean_tokens(batches))
+    wait = torch.cuda.synchronize if cuda else (lambda: None)  # a CPU step is synchronous
+    return Impl(launch, wait, _mean_tokens(host))
 
 
 def _mean_tokens(batches: list[dict[str, np.ndarray]]) -> float:
@@ -211,6 +228,9 @@ def main() -> None:
     parser.add_argument("--flax_wmt_dir", default="")
     parser.add_argument("--rounds", type=int, default=20, help="Timed steps of each, in turns.")
     parser.add_argument("--warmup", type=int, default=2, help="Untimed calls after the first.")
+    parser.add_argument(
+        "--pipeline", type=int, default=4, help="K: steps a round launched before one wait."
+    )
     parser.add_argument("--peak_size", type=int, default=8192, help="0: no peak, no MFU.")
     parser.add_argument("--time_limit_s", type=float, default=150.0)
     parser.add_argument("--trace_dir", default="", help="Trace ours here after the rounds.")
@@ -291,6 +311,8 @@ def main() -> None:
             if "peak_flops" in results:
                 entry["mfu"] = flops / step_s / results["peak_flops"]
         jobs.write_partial(args.out, results)
+    if args.pipeline > 0:
+        time_pipelined(impls, results, args, flops, elapsed)
     ours = [name for name in impls if name.startswith("ours (")]
     peak = results.get("peak_flops")
     if args.trace_dir and ours:
@@ -305,6 +327,37 @@ def main() -> None:
         results["profile_torch"] = profile_torch(impls[peers[0]], peers[0], args, flops, peak)
         jobs.write_partial(args.out, results)
     print(f"speed_worker: done in {elapsed():.0f} s", flush=True)
+
+
+def time_pipelined(
+    impls: dict[str, Impl],
+    results: dict,
+    args: argparse.Namespace,
+    flops: float,
+    elapsed: Callable[[], float],
+) -> None:
+    """--pipeline=K steps of each in a row, one wait, in turns for --rounds rounds (fewer
+    once 95 % of the job's time is gone, at least 3): `pipelined_*` in each entry."""
+    k = args.pipeline
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(args.rounds):
+        if times and elapsed() > 0.95 * args.time_limit_s and min(map(len, times.values())) >= 3:
+            break
+        for name, impl in impls.items():
+            t0 = time.perf_counter()
+            for _ in range(k):
+                impl.launch()
+            impl.wait()
+            times[name].append((time.perf_counter() - t0) / k)
+        for name, impl in impls.items():
+            step_s = statistics.median(times[name])
+            entry = results["impls"][name]
+            entry.update(pipeline=k, pipelined_rounds=len(times[name]))
+            entry["pipelined_step_ms"] = 1e3 * step_s
+            entry["pipelined_tokens_per_s"] = impl.tokens / step_s
+            if "peak_flops" in results:
+                entry["pipelined_mfu"] = flops / step_s / results["peak_flops"]
+        jobs.write_partial(args.out, results)
 
 
 def profile(
@@ -325,8 +378,23 @@ def profile(
     if args.trace_copy:
         newest = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
         shutil.copyfile(newest, args.trace_copy)
-    summary = {"impl": name, **kernel_groups.summary(rows, flops=flops, peak=peak)}
-    return {**summary, "trace": args.trace_copy or str(trace_dir)}
+    matmuls, note = frozenset(), "kernel names only"
+    if impl.lower:  # the step's optimised HLO, from the compile cache: no new compile
+        t0 = time.perf_counter()
+        try:
+            matmuls = kernel_groups.matmul_fusions(impl.lower().compile().as_text())
+            note = (
+                f"names + the HLO's {len(matmuls)} dot fusions ({time.perf_counter() - t0:.1f} s)"
+            )
+        except Exception as error:  # noqa: BLE001 (the summary by name still stands)
+            note = f"kernel names only: the HLO was not read ({_error(error)})"
+    summary = kernel_groups.summary(rows, flops=flops, peak=peak, matmul_names=matmuls)
+    return {
+        "impl": name,
+        **summary,
+        "matmuls_from": note,
+        "trace": args.trace_copy or str(trace_dir),
+    }
 
 
 def profile_torch(

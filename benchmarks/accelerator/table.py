@@ -117,7 +117,11 @@ def speed_rows(stage: dict) -> list[Row]:
                     f"first call {entry['first_call_s']:.1f} s"
                 )
                 rows.append(("speed", what, timing, target))
+                if "pipelined_step_ms" in entry:
+                    piped = f"{what}, {entry['pipeline']} a wait"
+                    rows.append(("speed", piped, *_piped(entry, target)))
         rows += _ratio_rows(size["name"], result["impls"])
+        rows += _ratio_rows(size["name"], result["impls"], pipelined=True)
         for key in ("profile", "profile_torch"):  # ours' trace, then the fastest torch's
             if key in result:
                 rows += _profile_rows(size["name"], result[key])
@@ -138,29 +142,45 @@ def _profile_rows(label: str, profile: dict | str) -> list[Row]:
             f"matmul {ms['matmul']:.1f} ms, fused attention {ms['attention']:.1f}, other "
             f"{ms['other']:.1f}; MFU if only the matmul kernels took time: "
             + ("n/a" if bound is None else f"{100 * bound:.1f} %")
+            + (f" (matmuls told by {profile['matmuls_from']})" if "matmuls_from" in profile else "")
         )
         what = f"{label}: {profile['impl']}'s step by kernel kind"
         rows.append(("speed", what, result, f"MFU >= {100 * TARGET_MFU:.0f} % possible?"))
     return rows
 
 
-def _ratio_rows(label: str, impls: dict) -> list[Row]:
-    timed = {n: e for n, e in impls.items() if isinstance(e, dict) and "tokens_per_s" in e}
+def _piped(entry: dict, target: str) -> tuple[str, str]:
+    """A pipelined timing's result and target cells (the speed worker's --pipeline)."""
+    mfu = f", MFU {100 * entry['pipelined_mfu']:.1f} %" if "pipelined_mfu" in entry else ""
+    return (
+        f"{entry['pipelined_tokens_per_s']:,.0f} tok/s, {entry['pipelined_step_ms']:.2f} ms a "
+        f"step{mfu} (steps launched in a row, as a training loop runs them)",
+        target if mfu else "",
+    )
+
+
+def _ratio_rows(label: str, impls: dict, pipelined: bool = False) -> list[Row]:
+    """Ours against each peer in tokens/s (and the two gradient rules): synchronised steps,
+    or with `pipelined` the --pipeline timings."""
+    key = "pipelined_tokens_per_s" if pipelined else "tokens_per_s"
+    step = "pipelined_step_ms" if pipelined else "step_ms"
+    timed = {n: e for n, e in impls.items() if isinstance(e, dict) and key in e}
+    if pipelined and not timed:
+        return []
+    label = f"{label} (pipelined)" if pipelined else label
     rows = []
     if {"ours (custom_vjp)", "ours (autodiff)"} <= set(timed):
-        t, a = timed["ours (custom_vjp)"]["step_ms"], timed["ours (autodiff)"]["step_ms"]
+        t, a = timed["ours (custom_vjp)"][step], timed["ours (autodiff)"][step]
         result = f"{t:.2f} / {a:.2f} ms: {'custom_vjp' if t <= a else 'autodiff'} is faster"
         rows.append(
             ("speed", f"{label}: gradients custom_vjp / autodiff", result, "keep the winner")
         )
-    ours = [
-        timed[n]["tokens_per_s"] for n in ("ours (custom_vjp)", "ours (autodiff)") if n in timed
-    ]
+    ours = [timed[n][key] for n in ("ours (custom_vjp)", "ours (autodiff)") if n in timed]
     targets = {"torch eager": TARGET_VS_EAGER, "torch.compile": TARGET_VS_COMPILE}
     for other in ("flax wmt", "torch eager", "torch.compile"):
         if ours and other in timed:
             target = f">= {targets[other]}x" if other in targets else ""
-            result = _ratio(max(ours), timed[other]["tokens_per_s"])
+            result = _ratio(max(ours), timed[other][key])
             rows.append(("speed", f"{label}: ours (faster) / {other}, tok/s", result, target))
     return rows
 
