@@ -35,7 +35,7 @@ log P / ((5 + len) / 6)^alpha as the search ranks them); `--temperature` > 0 sam
 of every translation (notes on stderr for its words outside the vocabulary and a prefix
 longer than a translation may hold); `--workdir=runs/a,runs/b@4000` decodes with an ensemble
 (the mean of the models' log-probabilities each step). `--engine=ctranslate2` takes the same
-options through CTranslate2's own (`export.ct2_translate.nbest_hypotheses`; its own random
+options through CTranslate2's own (`export.ct2_search.nbest_hypotheses`; its own random
 draws, per call: a stream's samples per chunk of lines), but does not ensemble (one FATAL
 line).
 

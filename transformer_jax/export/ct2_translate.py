@@ -6,21 +6,23 @@ One output per input, in order; an empty input gives "". The engine does what th
 engine does, from the settings the run recorded in `export.json`: inputs get the run's
 preprocessing (the book's lowercasing and punctuation spacing for fra_eng); an input of
 several sentences is translated in parts cut at sentence ends (`data.segmenting`, the run's
-`segment_len`); inputs are sorted by length into batches with the same output budgets
-(`decoding.batch_decode`); beam search ranks by our length penalty with the run's α
-(`best_hypotheses`); and the notes on long inputs and `<unk>` words are the same
-(`Translations.notes`, `inference.notes`). Sources are the tokenizer's ids + `<eos>` (the
-model's `add_source_eos`), outputs are decoded by the same tokenizer. One difference: a
-source longer than the exported position table (`--max_positions`, 1,024 by default) is
-translated in parts that fit it, with a note, where the JAX engine runs a sinusoidal model's
-over-long sentence whole.
+`segment_len`); inputs are sorted by length into batches, and each row gets its own output
+budget, as in the JAX engine (`decoding.batch_decode.output_budget` of its own length, at
+most `output_cap`), so a sentence translates the same alone or beside longer ones (rows of
+one budget go to CTranslate2 together); `<eos>` is never the first token and `<pad>`/`<bos>`
+never written (`decoding.search.ruled_out`); beam search ranks by our length penalty with
+the run's α (`ct2_search.best_hypotheses`); and the notes on long inputs, `<unk>` words and outputs
+cut by their budget are the same (`Translations.notes`, `inference.notes`). Sources are the
+tokenizer's ids + `<eos>` (the model's `add_source_eos`), outputs are decoded by the same
+tokenizer. One difference: a source longer than the exported position table
+(`--max_positions`, 1,024 by default) is translated in parts that fit it, with a note, where
+the JAX engine runs a sinusoidal model's over-long sentence whole.
 
 Decoding options (`decoding.options.DecodeOptions`) map onto CTranslate2's where it has
-them (`nbest_hypotheses`): n-best (`num_hypotheses`, `return_scores`, ranked by our length
-penalty), sampling (`sampling_temperature`, `sampling_topk`: a top_k over the vocabulary is
-every token, as ours; `sampling_topp`, seeded by
-`ctranslate2.set_random_seed` and a translator opened after it; N samples by repeating the
-source N times) and a forced
+them (`ct2_search.nbest_hypotheses`): n-best (`num_hypotheses`, `return_scores`, ranked by
+our length penalty), sampling (`sampling_temperature`, `sampling_topk`: a top_k over the
+vocabulary is every token, as ours; `sampling_topp`, seeded by `ctranslate2.set_random_seed`
+and a translator opened after it; N samples by repeating the source N times) and a forced
 prefix (`target_prefix`; without a fixed max_decode_len the budget holds it and max_len_b
 more tokens, as ours). Not the same draws as the JAX engine's sampler (another random
 generator), and a sample's log P is CTranslate2's, under its sampling distribution. It does
@@ -42,35 +44,25 @@ from transformer_jax.data.segmenting import join_translations
 from transformer_jax.data.text_form import clean_text
 from transformer_jax.data.tokenizers import load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
-from transformer_jax.data.vocab import EOS, EOS_ID
-from transformer_jax.decoding.batch_decode import (
-    LENGTH_BUCKET,
-    output_budget,
-    round_up,
-    sorted_batches,
-)
+from transformer_jax.data.vocab import EOS_ID
+from transformer_jax.decoding.batch_decode import sorted_batches
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.decoding.search import length_penalty
+from transformer_jax.export.ct2_search import (
+    best_hypotheses,
+    by_budget,
+    fit_positions,
+    nbest_hypotheses,
+    row_budgets,
+)
 from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
-from transformer_jax.inference.notes import source_notes
+from transformer_jax.inference.notes import output_notes, source_notes
 from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
 from transformer_jax.runtime import commands
 
-# CTranslate2's beam search differs from ours in bookkeeping: it refills a finished
-# hypothesis's beam slot from 2W candidates (ours lets the slot go), and stops once
-# W·patience hypotheses have finished (without a length penalty, once the best has); ours
-# stops once no live hypothesis can still enter its W best. Its length penalty divides log P
-# by len^α, ours by GNMT's ((5 + len) / 6)^α: no α maps one onto the other (with α = 0.6,
-# 1,718 of 2,000 corpus sentences came out equal). So the engine asks CTranslate2 for the 2W
-# hypotheses that finish first, with their log P (a penalty of RAW_PENALTY: len^1e-30 = 1,
-# and no early stop), and ranks them by ours. Not equal by construction (the beams can hold
-# different hypotheses), but equal to the JAX engine on every sentence measured
-# (tests/test_export_ctranslate2.py; patience 1: 1,997 of 2,000).
-PATIENCE = 2
-RAW_PENALTY = 1e-30
 # What the launchers print for an ensemble asked of this engine.
 ENSEMBLE_ERROR = "the CTranslate2 engine does not ensemble; use --engine=jax"
 
@@ -137,6 +129,9 @@ class Translations:
     tgt_tokenizer: Any = None
     prefixes: list[str] | None = None
     max_decode_len: int | None = None
+    # {input index: tokens of its longest output cut by its budget (no `<eos>`)}, as the
+    # JAX engine's `Translations.unfinished`.
+    unfinished: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def notes(self, first_number: int = 1) -> list[str]:
         """What to tell the user on stderr: the JAX engine's notes on the same inputs
@@ -151,10 +146,11 @@ class Translations:
         ]
         long = {i: n for i, n in self.sources.long.items() if i not in self.cut}
         sources = dataclasses.replace(self.sources, long=long)
-        return cut + source_notes(
+        notes = source_notes(
             self.prepared, sources, self.src_tokenizer, self.trained_len,
             first_number=first_number,
         )  # fmt: skip
+        return cut + notes + output_notes(self.unfinished, first_number=first_number)
 
 
 def open_translator(
@@ -199,8 +195,9 @@ def translate_detailed(
     beam_size: 1 = greedy search. alpha: the length penalty α of our beam search (hypotheses
       rank by log P / ((5 + len) / 6)^α, as in the JAX engine).
     max_len_a, max_len_b, max_decode_len: the output budget, as the JAX engine's: inputs are
-      sorted by length into batches of `batch_size`, each generating at most a·W + b tokens,
-      W its longest source rounded up to 8 (`decoding.batch_decode`), or `max_decode_len`.
+      sorted by length into batches of `batch_size`; each row generates at most a·S + b
+      tokens, S its own source rounded up to 8, at most `output_cap` (`decoding.
+      batch_decode`), or `max_decode_len`.
     segment_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
       sentences of at most this length; 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).
@@ -267,41 +264,38 @@ def translate_detailed(
 
     translated = [""] * len(rows)
     row_nbest: list[list[tuple[list[str], float, float]]] = [[] for _ in rows]
+    # A prefix starts an input's first row only.
+    targets = [
+        [tgt_tok.id_to_token(t) for t in tgt_tok.encode(prefixes[owner[r]])]
+        if ranked and prefixes[owner[r]] and (r == 0 or owner[r - 1] != owner[r])
+        else []
+        for r in range(len(rows))
+    ]
+    budgets = row_budgets(rows, targets, settings, limit)
+    unfinished: dict[int, int] = {}
     for batch in sorted_batches([len(r) for r in rows], settings["batch_size"]):
-        longest = round_up(max(len(rows[r]) for r in batch), LENGTH_BUCKET)
-        budget = output_budget(
-            longest, max_len_a=settings["max_len_a"], max_len_b=settings["max_len_b"],
-            max_decode_len=settings["max_decode_len"], position_limit=limit,
-        )  # fmt: skip
-        sources = [[src_tok.id_to_token(t) for t in rows[r][:-1]] for r in batch]  # + <eos>
-        if ranked:
-            targets = [
-                [tgt_tok.id_to_token(t) for t in tgt_tok.encode(prefixes[owner[r]])]
-                if prefixes[owner[r]] and (r == 0 or owner[r - 1] != owner[r])
-                else []
-                for r in batch
-            ]  # a prefix starts an input's first row only
-            # As the JAX engine (`decode_nbest`): without a fixed max_decode_len, room for the
-            # prefix and max_len_b tokens after it (CTranslate2's length counts the prefix).
-            longest_prefix = max(map(len, targets))
-            if longest_prefix and not settings["max_decode_len"]:
-                least = round_up(longest_prefix + settings["max_len_b"], LENGTH_BUCKET)
-                budget = min(max(budget, least), limit)
-            found = nbest_hypotheses(
-                translator, sources, options=search, budget=budget,
-                batch_size=settings["batch_size"], prefixes=targets,
-                vocab_size=tgt_tok.vocab_size,
-            )  # fmt: skip
-            for r, hyps in zip(batch, found, strict=True):
-                row_nbest[r] = hyps
-            best = [hyps[0][0] if hyps else [] for hyps in found]
-        else:
-            best = best_hypotheses(
-                translator, sources, beam_size=settings["beam_size"], alpha=settings["alpha"],
-                budget=budget, batch_size=settings["batch_size"],
-            )  # fmt: skip
-        for r, tokens in zip(batch, best, strict=True):
-            translated[r] = tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
+        for budget, group in by_budget(batch, budgets):
+            sources = [[src_tok.id_to_token(t) for t in rows[r][:-1]] for r in group]  # + <eos>
+            if ranked:
+                found = nbest_hypotheses(
+                    translator, sources, options=search, budget=budget,
+                    batch_size=settings["batch_size"], prefixes=[targets[r] for r in group],
+                    vocab_size=tgt_tok.vocab_size,
+                )  # fmt: skip
+                for r, hyps in zip(group, found, strict=True):
+                    row_nbest[r] = hyps
+                best = [hyps[0][0] if hyps else [] for hyps in found]
+            else:
+                best = best_hypotheses(
+                    translator, sources, beam_size=settings["beam_size"],
+                    alpha=settings["alpha"], budget=budget, batch_size=settings["batch_size"],
+                )  # fmt: skip
+            for r, tokens in zip(group, best, strict=True):
+                translated[r] = tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
+                # CTranslate2's budget counts `<eos>` (and a prefix): only an output cut by it
+                # has `budget` tokens without one. Stopped there, maybe mid-word: a note.
+                if len(tokens) >= budget:
+                    unfinished[owner[r]] = max(unfinished.get(owner[r], 0), len(tokens))
     parts_out: list[list[str]] = [[] for _ in prepared]
     for r, text in enumerate(translated):
         parts_out[owner[r]].append(text)
@@ -313,6 +307,7 @@ def translate_detailed(
     return Translations(
         texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"], hypotheses,
         tgt_tokenizer=tgt_tok, prefixes=prefixes, max_decode_len=settings["max_decode_len"],
+        unfinished=unfinished,
     )  # fmt: skip
 
 
@@ -338,115 +333,3 @@ def _per_input(count, owner, row_nbest, decode, alpha) -> list[Hypotheses]:
             text = join_translations([decode(tokens) for tokens, _, _ in best])
             out.append(Hypotheses((text,), (log_prob,), (score,)))
     return out
-
-
-def nbest_hypotheses(
-    translator: Any,
-    sources: list[list[str]],
-    *,
-    options: DecodeOptions,
-    budget: int,
-    batch_size: int,
-    prefixes: list[list[str]] | None = None,
-    vocab_size: int | None = None,
-) -> list[list[tuple[list[str], float, float]]]:
-    """Each source's n-best as (tokens without `<eos>`, log P, log P / ((5 + len) / 6)^α),
-    best first, by CTranslate2: beam search re-ranked by our length penalty (PATIENCE), its
-    greedy search, or `options.nbest` samples (the source repeated; `sampling_temperature`,
-    `sampling_topk` (our 0 = all is its 0), `sampling_topp`; `translate_detailed` seeds them).
-    `prefixes`: forced target tokens per
-    source ([] = none; CTranslate2's `target_prefix`, kept in the output). `vocab_size`: the
-    target vocabulary's; a top_k of at least that many is every token (0), as in the JAX
-    sampler, where CTranslate2 refuses a top_k over its vocabulary."""
-    sampling, n = options.sampling, options.nbest
-    copies = n if sampling else 1
-    batch = [src for src in sources for _ in range(copies)]
-    target_prefix = None
-    if prefixes is not None and any(prefixes):
-        target_prefix = [p or None for p in prefixes for _ in range(copies)]
-    beam = 1 if sampling else options.beam_size
-    kwargs = dict(
-        max_batch_size=batch_size,
-        beam_size=beam,
-        max_decoding_length=budget,
-        min_decoding_length=0,  # like our search, <eos> may come first
-        max_input_length=0,  # never cut a source
-        length_penalty=RAW_PENALTY,  # scores are log P: len^1e-30 = 1
-        return_scores=True,
-        return_end_token=True,
-    )
-    if sampling:  # seeded by translate_detailed, which opens the translator after
-        kwargs.update(
-            sampling_temperature=options.temperature,
-            sampling_topk=0 if vocab_size and options.top_k >= vocab_size else options.top_k,
-            sampling_topp=options.top_p,
-        )
-    elif beam > 1:
-        kwargs.update(patience=PATIENCE, num_hypotheses=max(n, round(beam * PATIENCE)))
-    results = translator.translate_batch(batch, target_prefix, **kwargs)
-    alpha = np.float32(options.alpha)
-    out = []
-    for k in range(len(sources)):
-        found = [
-            (list(tokens), float(score))
-            for result in results[k * copies : (k + 1) * copies]
-            for tokens, score in zip(result.hypotheses, result.scores, strict=True)
-        ]
-        ranked = []
-        for tokens, log_prob in found:
-            # len counts <eos> (kept by return_end_token), as ours does.
-            score = float(log_prob / length_penalty(len(tokens), alpha, xp=np))
-            ranked.append(
-                (tokens[:-1] if tokens and tokens[-1] == EOS else tokens, log_prob, score)
-            )
-        ranked.sort(key=lambda h: -h[2])  # stable: ties keep CTranslate2's order
-        out.append(ranked[:n])
-    return out
-
-
-def fit_positions(row: list[int], limit: int) -> list[list[int]]:
-    """`row` (ids ending in `<eos>`) if it has at most `limit` tokens, else its tokens in
-    consecutive parts of `limit` - 1, each with its `<eos>`: CTranslate2 cannot run a source
-    longer than the exported position table (the JAX engine translates a sinusoidal model's
-    over-long sentence whole)."""
-    if len(row) <= limit:
-        return [row]
-    body, size = row[:-1], max(1, limit - 1)
-    return [[*body[k : k + size], EOS_ID] for k in range(0, len(body), size)]
-
-
-def best_hypotheses(
-    translator: Any,
-    sources: list[list[str]],
-    *,
-    beam_size: int,
-    alpha: float,
-    budget: int,
-    batch_size: int,
-) -> list[list[str]]:
-    """The best output tokens (without `<eos>`) for each source (tokens, without `<eos>`):
-    CTranslate2's greedy search, or its beam search re-ranked by our length penalty (see
-    PATIENCE), at most `budget` tokens with `<eos>`."""
-    options = dict(
-        max_batch_size=batch_size,
-        beam_size=beam_size,
-        max_decoding_length=budget,
-        min_decoding_length=0,  # like our search, <eos> may come first
-        max_input_length=0,  # never cut a source
-    )
-    if beam_size == 1:  # greedy: no penalty to apply
-        return [result.hypotheses[0] for result in translator.translate_batch(sources, **options)]
-    results = translator.translate_batch(
-        sources, **options, patience=PATIENCE, num_hypotheses=round(beam_size * PATIENCE),
-        length_penalty=RAW_PENALTY, return_scores=True, return_end_token=True,
-    )  # fmt: skip
-    best = []
-    for result in results:
-        # len counts <eos> (kept by return_end_token), as ours does; a hypothesis cut at the
-        # budget has `budget` tokens in both.
-        lengths = np.array([len(h) for h in result.hypotheses])
-        scores = np.asarray(result.scores, np.float32)  # log P: divided by len^1e-30 = 1
-        ranked = scores / length_penalty(lengths, np.float32(alpha), xp=np)
-        tokens = result.hypotheses[int(np.argmax(ranked))]  # ties: the first, as top_k
-        best.append(tokens[:-1] if tokens and tokens[-1] == EOS else tokens)
-    return best
