@@ -61,6 +61,7 @@ from transformer_jax.launch_decoding_flags import (
 from transformer_jax.launch_help import help_asked, launcher_help
 from transformer_jax.launch_logs import quiet_library_logs
 from transformer_jax.launch_renamed_flags import RENAMED_FLAGS, rename_deprecated_flags
+from transformer_jax.runtime.interrupts import redeliver_interrupts
 from transformer_jax.training.config import ConfigError
 from transformer_jax.training.config_files import (
     SHIPPED_CONFIGS,
@@ -125,11 +126,14 @@ def flags_parser(
     `required`: flags that must be given, unless the boolean flag `unless` is set (e.g.
     `--print_config` needs no `--workdir`). `config_flag`: the `DEFINE_config_file` flag.
     `--help` (and `--helpfull`) print `launcher_help(module)` and exit 0; `module` is the
-    launcher's module name, by default the module that calls `flags_parser`.
+    launcher's module name, by default the module that calls `flags_parser`. Parsing also
+    makes a Ctrl-C that Python would drop inside a garbage-collector callback count
+    (`runtime.interrupts.redeliver_interrupts`).
     """
     module = module or sys._getframe(1).f_globals["__name__"]
 
     def parse(argv: list[str]) -> list[str]:
+        redeliver_interrupts()
         asked = help_asked(argv[1:])
         if asked:
             print(launcher_help(module, full=asked == "full", flag_values=flag_values))
