@@ -102,6 +102,9 @@ def test_dry_run_reports_every_stage_with_numbers_or_a_reason(tmp_path):
                 # Then timed again launching --pipeline steps in a row before one wait.
                 assert entry["pipeline"] == 4 and entry["pipelined_rounds"] >= 1
                 assert entry["pipelined_tokens_per_s"] > 0, (key, name, entry)
+    # Ours again with the step mapped by jit(shard_map): a run-config key after a "+".
+    (variant,) = [n for n in speed["base"]["impls"] if n.endswith("+parallelism=shard_map)")]
+    assert speed["base"]["impls"][variant]["pipelined_tokens_per_s"] > 0
     # The speed job traces ours after the rounds: where its step's time goes, by op kind.
     profile = speed["base"]["profile"]
     assert profile["impl"].startswith("ours (") and profile["total_ms"] > 0
@@ -280,3 +283,16 @@ def test_the_flags_job_runs_each_xla_variant_in_its_own_process_and_tables_it(
     assert "compile (first call) 4.0 s, 5.00 ms a step" in table
     # Not a default job: a plain check neither runs nor tables it.
     assert "flags" not in accelerator_check.parse_args(["--dry_run"]).jobs
+
+
+def test_an_implementation_of_ours_takes_run_config_keys_after_a_plus():
+    from benchmarks.accelerator import sizes
+
+    size = sizes.with_gradients(
+        sizes.get("tiny"), "autodiff+parallelism=shard_map+steps_per_call=2"
+    )
+    assert size.config.gradients == "autodiff" and size.config.parallelism == "shard_map"
+    assert size.config.steps_per_call == 2  # the key's own type
+    for bad in ("autodiff+nope=1", "autodiff+parallelism", "autodiff+model=x"):
+        with pytest.raises(ValueError, match="not a top-level run-config key=value"):
+            sizes.with_gradients(sizes.get("tiny"), bad)

@@ -106,9 +106,16 @@ def get(name: str) -> Size:
 
 
 def with_gradients(size: Size, gradients: str) -> Size:
-    """The same size with the run config's `gradients` rule set ("custom_vjp" | "autodiff")."""
+    """The same size with the run config's `gradients` rule set ("custom_vjp" | "autodiff"),
+    and after a "+" any more top-level run-config keys: "autodiff+parallelism=shard_map"."""
+    gradients, *settings = gradients.split("+")
     config = ml_collections.ConfigDict(size.config.to_dict())
     config.gradients = gradients
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or key not in config or isinstance(config[key], ml_collections.ConfigDict):
+            raise ValueError(f"{setting!r}: not a top-level run-config key=value")
+        config[key] = type(config[key])(value) if config[key] is not None else value
     return dataclasses.replace(size, config=config)
 
 

@@ -19,7 +19,8 @@ placed on the GPU beforehand (`torch_reference.to_device`): its step's own host-
 copies would wait for the device.
 
   ours (custom_vjp|autodiff): `training.build` of the size's run config with `gradients` set,
-    as a run of that config trains (benchmarks/train_step.py's path).
+    as a run of that config trains (benchmarks/train_step.py's path); more run-config keys
+    after a "+": "ours (autodiff+parallelism=shard_map)" (`sizes.with_gradients`).
   flax wmt: their `models.Transformer` of the same sizes, our step (`flax_wmt.TrainStep`).
   torch eager / torch.compile: `benchmarks.torch_reference` on CUDA when there is one,
     bfloat16 under `torch.autocast` for a bfloat16 size, fused Adam.
