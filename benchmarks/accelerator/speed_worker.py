@@ -296,24 +296,9 @@ def main() -> None:
         jobs.write_partial(args.out, results)
 
     # ------------------------------------------------------------ timed in turns
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(args.rounds):
-        if times and elapsed() > 0.9 * args.time_limit_s and min(map(len, times.values())) >= 3:
-            break
-        for name, impl in impls.items():
-            t0 = time.perf_counter()
-            impl.call()
-            times[name].append(time.perf_counter() - t0)
-        for name, impl in impls.items():  # after every round: a cut-off job keeps them
-            step_s = statistics.median(times[name])
-            entry = results["impls"][name]
-            entry.update(rounds=len(times[name]), step_ms=1e3 * step_s)
-            entry["tokens_per_s"] = impl.tokens / step_s
-            if "peak_flops" in results:
-                entry["mfu"] = flops / step_s / results["peak_flops"]
-        jobs.write_partial(args.out, results)
-    if args.pipeline > 0:
-        time_pipelined(impls, results, args, flops, elapsed)
+    time_in_turns(impls, results, args, flops, elapsed, steps=1, stop_at=0.9)
+    if args.pipeline > 0:  # then as a training loop runs them
+        time_in_turns(impls, results, args, flops, elapsed, steps=args.pipeline, stop_at=0.95)
     ours = [name for name in impls if name.startswith("ours (")]
     peak = results.get("peak_flops")
     if args.trace_dir and ours:
@@ -330,34 +315,42 @@ def main() -> None:
     print(f"speed_worker: done in {elapsed():.0f} s", flush=True)
 
 
-def time_pipelined(
+def time_in_turns(
     impls: dict[str, Impl],
     results: dict,
     args: argparse.Namespace,
     flops: float,
     elapsed: Callable[[], float],
+    *,
+    steps: int,
+    stop_at: float,
 ) -> None:
-    """--pipeline=K steps of each in a row, one wait, in turns for --rounds rounds (fewer
-    once 95 % of the job's time is gone, at least 3): `pipelined_*` in each entry."""
-    k = args.pipeline
+    """--rounds rounds in turns (fewer once `stop_at` of the job's time is gone, at least
+    3), each implementation launching `steps` steps and waiting once: 1 = synchronised
+    steps ("step_ms", "tokens_per_s", "mfu", "rounds" in each entry), more = pipelined
+    (the same keys with "pipelined_", and "pipeline": `steps`). Written after every round,
+    so a job cut off keeps them."""
+    prefix = "pipelined_" if steps > 1 else ""
     times: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(args.rounds):
-        if times and elapsed() > 0.95 * args.time_limit_s and min(map(len, times.values())) >= 3:
+        if times and elapsed() > stop_at * args.time_limit_s and min(map(len, times.values())) >= 3:
             break
         for name, impl in impls.items():
             t0 = time.perf_counter()
-            for _ in range(k):
+            for _ in range(steps):
                 impl.launch()
             impl.wait()
-            times[name].append((time.perf_counter() - t0) / k)
+            times[name].append((time.perf_counter() - t0) / steps)
         for name, impl in impls.items():
             step_s = statistics.median(times[name])
             entry = results["impls"][name]
-            entry.update(pipeline=k, pipelined_rounds=len(times[name]))
-            entry["pipelined_step_ms"] = 1e3 * step_s
-            entry["pipelined_tokens_per_s"] = impl.tokens / step_s
+            entry[f"{prefix}rounds"] = len(times[name])
+            entry[f"{prefix}step_ms"] = 1e3 * step_s
+            entry[f"{prefix}tokens_per_s"] = impl.tokens / step_s
             if "peak_flops" in results:
-                entry["pipelined_mfu"] = flops / step_s / results["peak_flops"]
+                entry[f"{prefix}mfu"] = flops / step_s / results["peak_flops"]
+            if steps > 1:
+                entry["pipeline"] = steps
         jobs.write_partial(args.out, results)
 
 
