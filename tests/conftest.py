@@ -19,3 +19,19 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(Path(tempfile.gettempdir()) / "transformer_jax_test_jax_cache")
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+
+import pytest  # noqa: E402  (after the environment above, which must come before JAX)
+
+
+@pytest.fixture(scope="session")
+def tiny_workdir(tmp_path_factory):
+    """The fault tests' tiny run (`tests.tiny_run`: runlocal on 500 pairs) trained 4 steps,
+    checkpoints at 2 and 4: trained once per test process and shared, read-only, by the
+    translate, serve and evaluate tests, which decode from it and never write into it."""
+    from tests.tiny_run import tiny_config
+    from transformer_jax.training import train_and_evaluate
+
+    path = tmp_path_factory.mktemp("tiny_workdir")
+    train_and_evaluate(tiny_config(4), path)
+    return path

@@ -120,14 +120,10 @@ def test_a_failure_after_start_up_leaves_the_output_file_as_it_was(export, tmp_p
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """The tiny runlocal model trained 2 steps on 500 pairs (one checkpoint)."""
-    from tests.tiny_run import tiny_config
-    from transformer_jax.training import train_and_evaluate
-
-    path = tmp_path_factory.mktemp("tiny_run")
-    train_and_evaluate(tiny_config(2), path)
-    return path
+def workdir(tiny_workdir):
+    """The tiny runlocal model trained on 500 pairs, shared with the other translate tests
+    (tests/conftest.py)."""
+    return tiny_workdir
 
 
 @pytest.mark.slow  # trains for real (a few steps)
@@ -158,13 +154,25 @@ def test_the_jax_engine_keeps_the_output_file_when_it_fails_after_start_up(workd
 # --- bug 2: the CTranslate2 engine streams stdin ------------------------------------------
 
 
+STREAMED = ["w1 w2 w3", "w4", "", "w5 w6"]
+
+
+@pytest.fixture(scope="module")
+def streamed_want(export, tmp_path_factory):
+    """The command's output for STREAMED read from a file: what the stream must answer (one
+    launch for both stream tests)."""
+    path = tmp_path_factory.mktemp("streamed") / "in.txt"
+    path.write_text("".join(f"{s}\n" for s in STREAMED))
+    return translate(export, f"--input_file={path}").stdout.splitlines()
+
+
 @pytest.mark.parametrize("interactive", [False, True])
-def test_the_ctranslate2_engine_answers_each_line_before_the_next(export, tmp_path, interactive):
+def test_the_ctranslate2_engine_answers_each_line_before_the_next(
+    export, streamed_want, interactive
+):
     from tests.test_translate_stream import answers_line_by_line
 
-    sentences = ["w1 w2 w3", "w4", "", "w5 w6"]
-    (tmp_path / "in.txt").write_text("".join(f"{s}\n" for s in sentences))
-    want = translate(export, f"--input_file={tmp_path / 'in.txt'}").stdout.splitlines()
+    sentences, want = STREAMED, streamed_want
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.translate", "--engine=ctranslate2",
          f"--model_dir={export}", "--beam_size=1", *(["--interactive"] if interactive else [])],

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from tests.helpers import REPO, subprocess_env
-from tests.tiny_run import tiny_config
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation.translate_cli import translate_workdir
 from transformer_jax.inference import load_translator
@@ -24,13 +23,10 @@ LINES = ["go .", "i lost .", "", "he is a good person ."]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """The tiny runlocal model trained 4 steps on 500 pairs (checkpoints at 2 and 4)."""
-    from transformer_jax.training import train_and_evaluate
-
-    path = tmp_path_factory.mktemp("tiny_run")
-    train_and_evaluate(tiny_config(4), path)
-    return path
+def workdir(tiny_workdir):
+    """The tiny runlocal model trained 4 steps on 500 pairs (checkpoints at 2 and 4), shared
+    with the other translate tests (tests/conftest.py)."""
+    return tiny_workdir
 
 
 def translate(workdir, *args: str) -> subprocess.CompletedProcess:

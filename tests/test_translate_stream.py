@@ -15,7 +15,6 @@ import time
 import pytest
 
 from tests.helpers import REPO, subprocess_env, without_cut_notes
-from tests.tiny_run import tiny_config
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation.translate_cli import (
     LINE_PROMPT,
@@ -30,13 +29,10 @@ needs_corpus = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """The tiny runlocal model trained 2 steps on 500 pairs (one checkpoint)."""
-    from transformer_jax.training import train_and_evaluate
-
-    path = tmp_path_factory.mktemp("tiny_run")
-    train_and_evaluate(tiny_config(2), path)
-    return path
+def workdir(tiny_workdir):
+    """The tiny runlocal model trained on 500 pairs, shared with the other translate tests
+    (tests/conftest.py)."""
+    return tiny_workdir
 
 
 def _chunks(writes: list[bytes], **kwargs) -> list[bytes]:
