@@ -407,14 +407,10 @@ def test_the_launcher_without_fastapi_says_how_to_install_it(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    """The tiny runlocal model trained 2 steps on 500 pairs."""
-    from tests.tiny_run import tiny_config as tiny_run_config
-    from transformer_jax.training import train_and_evaluate
-
-    path = tmp_path_factory.mktemp("serve_run")
-    train_and_evaluate(tiny_run_config(2), path)
-    return path
+def workdir(tiny_workdir):
+    """The tiny runlocal model trained on 500 pairs, shared with the translate tests
+    (tests/conftest.py)."""
+    return tiny_workdir
 
 
 @pytest.mark.slow
@@ -484,7 +480,7 @@ def test_the_launcher_serves_a_trained_run_and_stops_gracefully(workdir, stop):
         reader = threading.Thread(target=lambda: rest.append(process.stderr.read()), daemon=True)
         reader.start()
         health = wait_healthy(url, timeout=300)
-        assert health["engine"] == "jax" and health["step"] == 2
+        assert health["engine"] == "jax" and health["step"] == 4  # the run's last checkpoint
         status, answer = request(url, "POST", "/translate", {"text": ["Go.", "I lost."]})
         assert status == 200 and len(answer["translations"]) == 2, answer
         assert all(isinstance(t, str) for t in answer["translations"])

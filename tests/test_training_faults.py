@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,16 @@ def messages(caplog) -> str:
     return "\n".join(r.getMessage() for r in caplog.records)
 
 
+@pytest.fixture(scope="module")
+def killed_before_the_first_checkpoint(tmp_path_factory) -> Path:
+    """The tiny run killed after step 2, before it logged or saved it: the first checkpoint
+    would have been step 2 (tests copy it)."""
+    workdir = tmp_path_factory.mktemp("killed") / "run"
+    with pytest.raises(Killed):
+        train(workdir, kill_at=2)
+    return workdir
+
+
 # --- 1. the tokenizer save ------------------------------------------------------------------
 
 
@@ -115,11 +126,12 @@ def test_a_tokenizer_save_killed_midway_leaves_no_folder(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @needs_corpus
-def test_a_tokenizer_cut_short_before_the_first_checkpoint_is_built_again(tmp_path, caplog):
+def test_a_tokenizer_cut_short_before_the_first_checkpoint_is_built_again(
+    killed_before_the_first_checkpoint, tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="absl")
     workdir = tmp_path / "run"
-    with pytest.raises(Killed):  # the first checkpoint would be step 2
-        train(workdir, kill_at=2)
+    shutil.copytree(killed_before_the_first_checkpoint, workdir)
     (workdir / "tokenizer" / "source" / "tokenizer.json").unlink()  # as a kill -9 in the save
     train(workdir, steps=2)  # was: RunFileError, "copy the run's tokenizer/ back"
     assert "cannot be loaded" in messages(caplog)
@@ -169,11 +181,12 @@ def test_a_changed_model_is_never_sent_to_an_init_from_without_checkpoints(tmp_p
 
 @pytest.mark.slow
 @needs_corpus
-def test_a_run_stopped_before_its_first_checkpoint_restarts_with_another_config(tmp_path, caplog):
+def test_a_run_stopped_before_its_first_checkpoint_restarts_with_another_config(
+    killed_before_the_first_checkpoint, tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="absl")
     workdir = tmp_path / "run"
-    with pytest.raises(Killed):
-        train(workdir, kill_at=2)
+    shutil.copytree(killed_before_the_first_checkpoint, workdir)
     old_vocab = ckpt.load_workdir_tokenizers(workdir / "tokenizer")[0].vocab_size
 
     config = tiny_config(2, model__ffn_dim=64, data__min_freq=1)
@@ -196,10 +209,12 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_with_another_config(
 
 @pytest.mark.slow
 @needs_corpus
-def test_a_shorter_or_changed_config_of_a_finished_run_is_not_recorded(tmp_path, caplog):
+def test_a_shorter_or_changed_config_of_a_finished_run_is_not_recorded(
+    tiny_workdir, tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="absl")
     workdir = tmp_path / "run"
-    train(workdir, steps=4)
+    shutil.copytree(tiny_workdir, workdir)  # the run finished: `train(workdir, steps=4)`
     recorded = (workdir / "config.json").read_bytes()
     caplog.clear()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import tiny_run
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.inference import Translator
@@ -41,20 +42,9 @@ pytestmark = pytest.mark.slow  # most tests train the tiny model for a few steps
 
 
 def tiny_config(steps: int = 4):
-    """runlocal on 500 pairs: a log record every step, eval and checkpoint every 2."""
-    from configs import fra_eng
-
-    c = fra_eng.get_config("runlocal")
-    c.data.train_split = "train[:500]"
-    c.data.bucketing = False
-    c.data.num_eval_examples = 16
-    c.data.batch_size = 16
-    c.num_train_steps = steps
-    c.log_every_steps = 1
-    c.eval_every_steps = c.checkpoint_every_steps = 2
-    c.keep_checkpoints = 5
-    c.eval.num_bleu_examples = 0
-    return c
+    """runlocal on 500 pairs: a log record every step, eval and checkpoint every 2, no BLEU
+    and no closing test report (`tests.tiny_run`)."""
+    return tiny_run.tiny_config(steps)
 
 
 class Killed(Exception):
@@ -86,11 +76,11 @@ def data_files(workdir: Path, step: int) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A finished 4-step run: checkpoints 2 and 4, train records 1-4, eval records 2 and 4."""
-    workdir = tmp_path_factory.mktemp("trained")
-    train(workdir)
-    return workdir
+def trained(tiny_workdir) -> Path:
+    """A finished 4-step run: checkpoints 2 and 4, train records 1-4, eval records 2 and 4
+    (`tiny_config(4)`, trained once for the session by tests/conftest.py; tests that change
+    it work on a copy)."""
+    return tiny_workdir
 
 
 @pytest.fixture
