@@ -37,6 +37,7 @@ from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.report_text import format_report, summary_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
+from transformer_jax.inference.translator import split_workdirs
 from transformer_jax.runtime import commands, compile_log
 from transformer_jax.runtime.messages import first_line
 from transformer_jax.training.builder import mapped_eval_step
@@ -177,14 +178,15 @@ def evaluate_workdir(
     fields (nbest, temperature, top_k, top_p, seed, prefix; None = the default); the best
     hypothesis is scored.
     """
-    runs = str(workdir)
-    workdir = Path(split_checkpoint(runs.split(",")[0].strip())[0])
+    runs = split_workdirs(workdir)  # a Path is one run, never cut at its commas
+    workdir = Path(split_checkpoint(runs[0])[0])
     out_dir = Path(report_dir) if report_dir else workdir
     config = load_config(workdir)  # the split is checked before the parameters are read
     if write:
         check_writable(out_dir)  # before the decoding, not after it
     split = check_split(split or config.data.test_split, split_names(config), config.data.name)
-    translator = load_translator(runs, step, average_last=average_last)
+    one = Path(runs[0]) if len(runs) == 1 else workdir  # one run stays one
+    translator = load_translator(one, step, average_last=average_last)
     pairs = load_split_pairs(config.data, split)
     total = len(pairs)
     pairs = spread_subset(pairs, num_examples)
@@ -367,7 +369,8 @@ def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
     `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too.
     A report scored but not written (`ReportWriteError`: a full disk) is printed, then raised."""
     try:
-        report = evaluate_workdir(workdir, num_examples=num_examples)
+        # One run: its directory name may hold commas (a sweep point's), never an ensemble.
+        report = evaluate_workdir(Path(workdir), num_examples=num_examples)
     except ReportWriteError as error:  # the decoding's result shown, not lost
         print("\n".join(summary_lines(error.report)), flush=True)
         raise

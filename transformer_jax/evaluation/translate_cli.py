@@ -36,6 +36,7 @@ from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.notes import output_notes, prefix_notes, source_notes
+from transformer_jax.inference.translator import split_workdirs
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")
@@ -130,7 +131,7 @@ def format_lines(
 def first_workdir(workdir: str) -> str:
     """The run directory of `--workdir` (its first, for an ensemble `a,b`; without `@STEP`):
     whose config sets the process (XLA flags) and names the report."""
-    return split_checkpoint(str(workdir).split(",")[0].strip())[0]
+    return split_checkpoint(split_workdirs(workdir)[0])[0]
 
 
 def translate_workdir(
