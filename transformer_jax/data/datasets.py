@@ -172,7 +172,7 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
                 ),
             )
         except (OSError, RuntimeError) as error:
-            problem = _unwritable(error, builder, cfg)
+            problem = _unwritable(error, builder, cfg) or _unreachable(error, cfg)
             if problem is None:
                 raise
             raise problem from error
@@ -188,6 +188,46 @@ def build_dir(cfg: ml_collections.ConfigDict) -> Path:
         return Path(cfg.data_dir) / cfg.name
     name = fra_eng.config_name(cfg.validation_fraction, cfg.test_fraction, cfg.split_seed)
     return Path(cfg.data_dir) / config_lib.FRA_ENG / name / str(fra_eng.FraEng.VERSION)
+
+
+def _unreachable(
+    error: OSError | RuntimeError, cfg: ml_collections.ConfigDict
+) -> download.DownloadError | None:
+    """A catalogue dataset whose source could not be fetched (no network, a host that does
+    not resolve, a refused connection: `requests`' errors are OSErrors) as one
+    `download.DownloadError` naming the dataset and what to do; None for anything else.
+    fra_eng's own download path has its own messages (`download`)."""
+    if cfg.name == config_lib.FRA_ENG or not _is_connection_error(error):
+        return None
+    return download.DownloadError(
+        f"Could not download the TFDS dataset {cfg.name!r} ({first_line(error)}). Build it "
+        f"on a machine that can reach its source (`tfds build {cfg.name} --data_dir=DIR "
+        "--file_format=array_record`), copy DIR here and pass it as "
+        "--config.data.data_dir=DIR."
+    )
+
+
+def _is_connection_error(error: BaseException) -> bool:
+    """`error` (or what it wraps) is a failed connection: requests' ConnectionError and
+    Timeout, or the socket errors beneath them."""
+    import socket
+
+    import requests
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(
+            error,
+            requests.exceptions.ConnectionError
+            | requests.exceptions.Timeout
+            | socket.gaierror
+            | ConnectionError
+            | TimeoutError,
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 # "No space left on device", "Disk quota exceeded": a build that ran out of room.
