@@ -64,3 +64,22 @@ def test_a_finished_runs_closing_commands_paste_whole(tmp_path):
     translate = shlex.split(lines["Translate"].split("|", 1)[1])
     assert translate[-1] == f"--workdir={workdir}"
     assert shlex.split(lines["TensorBoard"])[-1] == str(workdir / "tensorboard")
+
+
+def test_a_run_without_checkpoints_is_sent_to_its_own_command(tmp_path):
+    # Its config (any file, variant, overrides) is in its config.json: a shipped config's
+    # train command would start another model in it.
+    workdir = tmp_path / "mine"
+    (workdir / "checkpoints").mkdir(parents=True)
+    message = ckpt._no_checkpoint_message(workdir / "checkpoints", workdir)
+    assert "re-running the command that made" in message and "config.json" in message
+    assert "configs/fra_eng.py" not in message and "--config=" not in message
+
+
+def test_a_run_that_lost_its_config_is_not_called_a_non_run(tmp_path):
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints" / "100").mkdir(parents=True)
+    with pytest.raises(ckpt.NoCheckpointError) as raised:
+        ckpt.load_config(workdir)
+    said = str(raised.value)
+    assert "has checkpoints but no config.json" in said and "not a training workdir" not in said

@@ -37,7 +37,7 @@ from jax.experimental import multihost_utils
 from transformer_jax.data import check_vocabulary, load_tokenizer, load_tokenizers
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.nn import ModelConfig
-from transformer_jax.runtime.commands import train_command
+from transformer_jax.runtime.commands import shell_path, train_command
 from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.read_noise import quiet_failed_reads
 from transformer_jax.workdir.state_checks import (
@@ -83,6 +83,12 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     """`<workdir>/config.json`, renamed keys and values under today's names (config_renames)."""
     path = Path(workdir) / CONFIG_FILE
     if not path.is_file():
+        if (Path(workdir) / CHECKPOINT_DIR).is_dir():  # a run that lost its config
+            raise NoCheckpointError(
+                f"{path} not found: {workdir} has checkpoints but no {CONFIG_FILE}, which "
+                "says how to rebuild its model and data; put the file back (from a backup, "
+                "or a run of the same config and overrides), then re-run."
+            )
         raise NoCheckpointError(
             f"{path} not found: {workdir} is not a training workdir. Create one with: "
             + train_command(workdir)
@@ -370,4 +376,9 @@ def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, 
 
 
 def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
-    return f"No readable checkpoint in {checkpoint_dir}. Train one with: " + train_command(workdir)
+    # The run's own config (any file, variant and overrides) is in its config.json: the
+    # command that made it trains one; a shipped config's command would train another model.
+    return (
+        f"No readable checkpoint in {checkpoint_dir}. Train one by re-running the command "
+        f"that made {shell_path(workdir)} (its config: {shell_path(Path(workdir) / CONFIG_FILE)})."
+    )
