@@ -33,7 +33,7 @@ flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default 
 flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
-flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.")
+flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.", lower_bound=0)
 flags.DEFINE_string(
     "report_dir",
     None,
