@@ -5,10 +5,13 @@ r"""Run a config sweep: every point in its own workdir under --sweep_dir, then a
 
 The default --sweep_dir is runs/sweeps/<config file>-<variant>/<sweep>. Before anything
 runs, every point's config is resolved and validated, `--extra` may not set a key the sweep
-varies, and a workdir holding a run of another config is refused. Re-running skips finished
-points and resumes unfinished ones. A failed point is recorded and the others still run;
-the sweep then exits with status 1. Results go to results.csv, results.md and results.png
-in the sweep directory.
+varies (nor pass a flag the train launcher does not take), and a workdir holding a run of
+another config is refused. Re-running skips finished points and resumes unfinished ones. A
+failed point is recorded and the others still run; the sweep then exits with status 1.
+Results go to results.csv, results.md and results.png in the sweep directory. Ctrl-C or
+SIGTERM stops the running point as the train launcher stops (its checkpoint saved) and
+exits with its code (75); a second one stops it at once. One sweep at a time runs in a
+sweep directory.
 """
 
 from __future__ import annotations
@@ -49,17 +52,34 @@ def main(argv: list[str]) -> None:
         # This machine's devices, as each point's run sees them (batch splits are checked).
         sweeps.validate_points(points, num_devices=jax.local_device_count())
         sweeps.check_saved_configs(points)
+        sweeps.check_result_paths(sweep_dir)
+        sweeps.check_launcher_flags(points, FLAGS.extra)
     except (ValueError, FileNotFoundError) as error:
-        print(f"FATAL: {error}", file=sys.stderr)
+        print(f"FATAL: {error}", file=sys.stderr)  # a list of points follows on its lines
         sys.exit(2)
     if FLAGS.dry_run:
         sweeps.run_sweep(points, dry_run=True)
         print(f"# {len(points)} point configs valid; sweep dir {sweep_dir}", file=sys.stderr)
         return
-    sweeps.run_sweep(points)
-    rows = sweeps.gather(points, sweep_dir)
+    try:
+        sweeps.run_sweep(points)
+        rows = sweeps.gather(points, sweep_dir)
+    except sweeps.SweepInterrupted as stop:  # nothing recorded as failed: all resumable
+        print(stop, file=sys.stderr)
+        sys.exit(stop.exit_code)
+    except ValueError as error:  # another sweep holds the folder; a results file unwritable
+        launch.fatal(str(error))
     keys = list(dict.fromkeys(k for p in points for k in p.overrides))
-    header = ["point", *keys, "status", "eval_loss", "bleu", "wall_time_s", "tokens_per_sec"]
+    header = [
+        "point",
+        *keys,
+        "status",
+        "eval_loss",
+        "bleu",
+        "wall_time_s",
+        "attempts",
+        "tokens_per_sec",
+    ]
     print(sweeps.markdown_table(rows, header))
     failed = [p for p in points if p.failure is not None]
     if failed:

@@ -206,7 +206,8 @@ def test_training_process_failure_is_one_line_with_the_last_logged_line(tmp_path
     sweeps.run_sweep([point], log=_quiet)
     log = point.workdir / runner.LOG_FILE
     assert point.failure == f"exit 2: FATAL: invalid config: x (log: {log})"
-    assert log.read_text().splitlines()[0] == "step 1"
+    header, first = log.read_text().splitlines()[:2]  # each attempt's output is headed
+    assert header.startswith("--- sweep attempt, ") and first == "step 1"
     ok = _fake_point(tmp_path, "a=1", {"a": 1}, [sys.executable, "-c", "print('trained')"])
     sweeps.run_sweep([ok], log=_quiet)
     assert ok.done and ok.failure is None and log.read_text().endswith("trained\n")
@@ -356,13 +357,13 @@ def test_cli_dry_run_validates_and_prints_commands_in_the_default_folder(tmp_pat
 
 
 def test_cli_failed_point_is_marked_and_the_sweep_exits_non_zero(tmp_path):
-    # An unknown launcher flag fails the training process at once, after the sweep's checks.
-    done = _sweep_cli(tmp_path, "--sweep=one", f"--sweep_dir={tmp_path / 's'}", "--extra=--nope")
+    # A launcher flag whose value the launcher refuses fails the training process at once,
+    # after the sweep's checks (an unknown flag is refused before anything runs).
+    extra = f"--extra=--init_from={tmp_path / 'nothing'}"
+    done = _sweep_cli(tmp_path, "--sweep=one", f"--sweep_dir={tmp_path / 's'}", extra)
     assert done.returncode == 1, done.stderr[-3000:]
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("| norm_placement=")]
-    assert row.startswith(
-        "| norm_placement=pre | pre | FAILED: exit 2: FATAL: Unknown command line"
-    )
+    assert row.startswith("| norm_placement=pre | pre | FAILED: exit 2: FATAL: --init_from=")
     assert "FAILED: 1 of 1 sweep points: norm_placement=pre" in done.stderr
 
 

@@ -1,12 +1,16 @@
 """Config sweeps: `get_hyper(h, name)` definitions, a resumable runner, gathered results."""
 
 from transformer_jax.sweeps import hyper
-from transformer_jax.sweeps.results import gather, markdown_table, point_row
+from transformer_jax.sweeps.child import SweepInterrupted
+from transformer_jax.sweeps.lock import SweepLockedError
+from transformer_jax.sweeps.results import check_result_paths, gather, markdown_table, point_row
 from transformer_jax.sweeps.runner import (
     PointFailed,
     SweepError,
     SweepPoint,
+    check_launcher_flags,
     check_saved_configs,
+    check_sweep_dir,
     default_sweep_dir,
     point_name,
     run_sweep,
@@ -18,8 +22,13 @@ from transformer_jax.sweeps.runner import (
 __all__ = [
     "PointFailed",
     "SweepError",
+    "SweepInterrupted",
+    "SweepLockedError",
     "SweepPoint",
+    "check_launcher_flags",
+    "check_result_paths",
     "check_saved_configs",
+    "check_sweep_dir",
     "default_sweep_dir",
     "gather",
     "hyper",

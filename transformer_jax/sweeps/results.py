@@ -1,17 +1,19 @@
 """Gather a sweep's results into a CSV, a markdown table and a plot (one row per point).
 
-A failed point's row says so in its status: "FAILED: <the error in one line>".
+A failed point's row says so in its status: "FAILED: <the error in one line>". Its wall
+time is the sum of its attempts (a point stopped and resumed ran in pieces). The plot leaves
+out points without a value and marks non-finite ones (a diverged run) by name.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.sweeps.runner import DONE_FILE, SweepPoint
+from transformer_jax.sweeps.runner import DONE_FILE, TIME_FILE, SweepError, SweepPoint, read_record
 from transformer_jax.workdir.history import read_metrics
 
 COLUMNS = (
@@ -22,8 +24,10 @@ COLUMNS = (
     "eval_accuracy",
     "bleu",
     "wall_time_s",
+    "attempts",
     "tokens_per_sec",
 )
+RESULT_FILES = ("results.csv", "results.md", "results.png")
 
 
 def point_row(point: SweepPoint) -> dict[str, Any]:
@@ -40,9 +44,11 @@ def point_row(point: SweepPoint) -> dict[str, Any]:
     row["bleu"] = last.get("bleu")
     speeds = [r["tokens_per_sec"] for r in trains if r.get("tokens_per_sec")]
     row["tokens_per_sec"] = round(statistics.median(speeds)) if speeds else None
-    done_file = point.workdir / DONE_FILE
-    if done_file.exists():
-        row["wall_time_s"] = json.loads(done_file.read_text()).get("seconds")
+    # The sweep's time record sums the point's attempts; a run outside the sweep has none.
+    timing = read_record(point.workdir / DONE_FILE) or read_record(point.workdir / TIME_FILE)
+    if timing and "seconds" in timing:
+        row["wall_time_s"] = timing["seconds"]
+        row["attempts"] = timing.get("attempts")
     elif records:
         row["wall_time_s"] = round(records[-1]["time"] - records[0]["time"], 1)
     else:
@@ -60,19 +66,43 @@ def _status(point: SweepPoint, started: bool) -> str:
     return "partial" if started else "not started"
 
 
+def check_result_paths(sweep_dir: str | Path) -> None:
+    """Raises `SweepError` if a results file's place is taken by something that is not a
+    file (a directory): checked before the sweep runs, not after its last point."""
+    for name in RESULT_FILES:
+        path = Path(sweep_dir) / name
+        if path.exists() and not path.is_file():
+            raise SweepError(
+                f"{path} is not a file, so the sweep's results cannot be written there: move "
+                "it away (or pass another --sweep_dir). Nothing was run."
+            )
+
+
 def gather(points: list[SweepPoint], sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """Writes results.csv, results.md and results.png in `sweep_dir`; returns the rows."""
+    """Writes results.csv, results.md and results.png in `sweep_dir`; returns the rows.
+    Raises `SweepError` naming a file that cannot be written (the points' runs are kept:
+    re-running the sweep skips them and writes the results again)."""
     sweep_dir = Path(sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     rows = [point_row(p) for p in points]
     keys = list(dict.fromkeys(k for p in points for k in p.overrides))
     header = ["point", *keys, *[c for c in COLUMNS if c != "point"]]
-    with open(sweep_dir / "results.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    (sweep_dir / "results.md").write_text(markdown_table(rows, header), encoding="utf-8")
-    plot(rows, sweep_dir / "results.png")
+    path = sweep_dir
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        path = sweep_dir / "results.csv"
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        path = sweep_dir / "results.md"
+        path.write_text(markdown_table(rows, header), encoding="utf-8")
+        path = sweep_dir / "results.png"
+        plot(rows, path)
+    except OSError as error:
+        raise SweepError(
+            f"Cannot write {path} ({error.strerror or error}): free or fix that path, then "
+            "re-run the same command (finished points are skipped)."
+        ) from None
     return rows
 
 
@@ -90,18 +120,38 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r["point"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(max(6, 1.6 * len(rows)), 4), squeeze=False)
     for ax, key, label in zip(
         axes[0], ("eval_loss", "bleu"), ("validation loss", "BLEU"), strict=True
     ):
-        values = [r.get(key) if r.get(key) is not None else 0.0 for r in rows]
-        ax.bar(range(len(rows)), values, color="tab:blue")
-        ax.set_xticks(range(len(rows)), names, rotation=30, ha="right", fontsize=8)
+        positions, heights, ticks = bars(rows, key)
+        ax.bar(positions, heights, color="tab:blue")
+        ax.set_xticks(range(len(rows)), ticks, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.set_title(label)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def bars(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[str]]:
+    """(positions, heights, tick labels) of one panel. No bar for a point without a value (a
+    0.0 bar would look like the best loss) nor for NaN/inf (matplotlib would blank the whole
+    panel): their tick labels say why."""
+    values = [_number(row.get(key)) for row in rows]
+    finite = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    ticks = [
+        row["point"] if i in finite else f"{row['point']} ({values[i] or 'no value'})"
+        for i, row in enumerate(rows)
+    ]
+    return finite, [values[i] for i in finite], ticks
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _cell(value: Any) -> str:

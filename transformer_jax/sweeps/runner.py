@@ -12,14 +12,20 @@ as `experiments.train` will resolve it (the config file, the point's overrides, 
   other `--extra` flags never takes old results for its own (`check_saved_configs`).
 
 A point that fails is recorded in its workdir (`sweep_point_failed.json`: the error in one
-line) and the sweep goes on with the next; re-running retries it.
+line, this attempt's last FATAL line if it printed one) and the sweep goes on with the next;
+re-running retries it. One sweep runs in a sweep directory at a time (`sweeps/lock.py`).
+SIGINT/SIGTERM stop the running point's trainer the way it saves a checkpoint
+(`sweeps/child.py`): nothing is recorded as failed, and re-running resumes it. The wall
+time of a point is the sum of its attempts (`sweep_point_time.json`).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -32,7 +38,8 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.data.config import REPO_ROOT, is_source_checkout
-from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps import hyper, lock
+from transformer_jax.sweeps.child import SignalGuard, SweepInterrupted, run_child
 from transformer_jax.training.config import ConfigError, validate_config
 from transformer_jax.training.config_files import (
     SHIPPED_CONFIGS,
@@ -46,6 +53,7 @@ from transformer_jax.workdir.resume import config_changes
 DONE_FILE = "sweep_point_done.json"
 FAILED_FILE = "sweep_point_failed.json"
 LOG_FILE = "sweep_point.log"
+TIME_FILE = "sweep_point_time.json"  # {"seconds": all attempts so far, "attempts": n}
 SAVED_CONFIG_FILE = "config.json"  # written by the training run (workdir/checkpoints.py)
 DEFAULT_ROOT = Path("runs") / "sweeps"
 # Each point trains in its own process: `python -m experiments.train` from a checkout, the
@@ -74,7 +82,8 @@ class SweepPoint:
 
     @property
     def done(self) -> bool:
-        return (self.workdir / DONE_FILE).exists()
+        """Finished: its done record is there and readable (an unreadable one is run again)."""
+        return read_record(self.workdir / DONE_FILE) is not None
 
     @property
     def failure(self) -> str | None:
@@ -82,7 +91,27 @@ class SweepPoint:
         path = self.workdir / FAILED_FILE
         if self.done or not path.exists():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))["error"]
+        record = read_record(path)
+        if record is None or not isinstance(record.get("error"), str):
+            return f"(unreadable {path}; re-run the sweep to run the point again)"
+        return record["error"]
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A sweep record's JSON object; None if the file is missing or damaged (empty, cut)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Writes beside `path` and renames into it: a record is whole or not there, even if
+    the sweep is stopped while writing it."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def default_sweep_dir(config_spec: str, sweep_name: str, root: str | Path = DEFAULT_ROOT) -> Path:
@@ -111,6 +140,12 @@ def sweep_points(
             "get_config to describe its sweeps."
         )
     points = module.get_hyper(hyper, sweep_name)
+    if not points:
+        raise SweepError(
+            f"Sweep {sweep_name!r} of {config_spec.partition(':')[0]} has no points: its "
+            "get_hyper returned an empty list. Give it at least one h.sweep(key, values)."
+        )
+    check_sweep_dir(sweep_dir)
     base = module.get_config(arg or None)
     for overrides in points:
         for key, value in overrides.items():
@@ -150,6 +185,42 @@ def sweep_points(
     return out
 
 
+def check_sweep_dir(sweep_dir: str | Path) -> None:
+    """Raises `SweepError` if `sweep_dir`, or the nearest of its parents that exists, is not
+    a directory (it is created when the sweep runs)."""
+    path = Path(sweep_dir)
+    for existing in (path, *path.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                what = "is" if existing == path else f"is inside {existing}, which is"
+                raise SweepError(
+                    f"--sweep_dir={sweep_dir} {what} a file, not a directory: pass a directory "
+                    "(created if missing)."
+                )
+            return
+
+
+def check_launcher_flags(points: list[SweepPoint], extra_flags: list[str]) -> None:
+    """Asks the train launcher whether it takes the `--extra` flags that are not config keys
+    (`--only_check_args`: absl parses the flags and exits, nothing runs): a flag it does not
+    know would fail every point the same way. Raises `SweepError` with its FATAL line."""
+    if not points or all(_flag_key(flag) is not None for flag in extra_flags):
+        return  # config keys are checked in-process (`sweep_points`)
+    result = subprocess.run(
+        [*points[0].command, "--only_check_args"],
+        cwd=TRAIN_CWD,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        line = _last_line(result.stderr) or _last_line(result.stdout) or f"exit {result.returncode}"
+        raise SweepError(
+            f"--extra: the train launcher refuses its flags: {line.removeprefix('FATAL: ')} "
+            f"(see python -m {TRAIN_MODULE} --helpfull). Nothing was run."
+        )
+
+
 def validate_points(
     points: list[SweepPoint],
     *,
@@ -180,8 +251,14 @@ def saved_config_differences(point: SweepPoint) -> list[str] | None:
     path = point.workdir / SAVED_CONFIG_FILE
     if not path.is_file():
         return None
-    saved = upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
-    return [str(change) for change in config_changes(saved, point.config)]
+    try:
+        saved = upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
+        return [str(change) for change in config_changes(saved, point.config)]
+    except (OSError, ValueError, TypeError, AttributeError) as error:
+        raise SweepError(
+            f"{path} is unreadable ({' '.join(str(error).split())}): restore it, or delete the "
+            f"workdir {point.workdir} to run point {point.name} again. Nothing was run."
+        ) from None
 
 
 def check_saved_configs(points: list[SweepPoint]) -> None:
@@ -219,62 +296,105 @@ def run_sweep(
 ) -> list[SweepPoint]:
     """Runs unfinished points one after another; returns the points that were run.
 
-    First refuses workdirs holding another config (`check_saved_configs`). A point whose run
-    raises is recorded as failed (`SweepPoint.failure`) and the sweep goes on; the caller
-    decides what a failure means (`experiments.sweep` exits non-zero). `run_point(point,
-    log_path)` runs one point (default: its command in a subprocess), raising on failure.
+    First refuses workdirs holding another config (`check_saved_configs`), then holds the
+    sweep directory's lock (`sweeps.lock`: `SweepLockedError` if another sweep runs there).
+    A point whose run raises is recorded as failed (`SweepPoint.failure`) and the sweep goes
+    on; the caller decides what a failure means (`experiments.sweep` exits non-zero).
+    SIGINT/SIGTERM stop the running point as the train launcher stops (its checkpoint
+    saved; `sweeps.child`) and raise `SweepInterrupted`: nothing is recorded as failed.
+    `run_point(point, log_path)` runs one point (default: its command in a subprocess),
+    raising on failure.
     """
     check_saved_configs(points)
-    if run_point is None:
+    if dry_run:
+        for point in points:
+            log(shlex.join(point.command))
+        return []
+    ran: list[SweepPoint] = []
+    with contextlib.ExitStack() as stack:
+        for sweep_dir in dict.fromkeys(p.workdir.parent for p in points):
+            stack.enter_context(lock.hold(sweep_dir))
+        guard = stack.enter_context(SignalGuard())
+        if run_point is None:
 
-        def run_point(point: SweepPoint, log_path: Path) -> None:
-            run_training_process(point, log_path, timeout)
+            def run_point(point: SweepPoint, log_path: Path) -> None:
+                run_training_process(point, log_path, timeout, guard)
 
-    ran = []
-    for i, point in enumerate(points, 1):
-        line = shlex.join(point.command)
-        if dry_run:
-            log(line)
-            continue
-        if point.done:
-            log(f"[{i}/{len(points)}] {point.name}: finished with this config, skipped")
-            continue
-        log(f"[{i}/{len(points)}] {point.name} (log: {point.workdir / LOG_FILE}): {line}")
-        point.workdir.mkdir(parents=True, exist_ok=True)
-        (point.workdir / FAILED_FILE).unlink(missing_ok=True)
-        start = time.time()
-        try:
-            run_point(point, point.workdir / LOG_FILE)
-        except Exception as error:  # noqa: BLE001 - any failure of one point is recorded
-            message = _one_line(error)
-            record = {"error": message, "seconds": round(time.time() - start, 1)}
-            (point.workdir / FAILED_FILE).write_text(json.dumps(record), encoding="utf-8")
-            log(f"[{i}/{len(points)}] {point.name}: FAILED: {message}")
-        else:
-            record = {"overrides": point.overrides, "seconds": round(time.time() - start, 1)}
-            (point.workdir / DONE_FILE).write_text(json.dumps(record), encoding="utf-8")
-        ran.append(point)
+        for i, point in enumerate(points, 1):
+            if _run_one(point, f"[{i}/{len(points)}] {point.name}", run_point, log):
+                ran.append(point)
     return ran
 
 
-def run_training_process(point: SweepPoint, log_path: Path, timeout: float | None = None) -> None:
-    """Runs the point's command, appending its output to `log_path`; raises `PointFailed`
-    with the exit code and the last line this run logged (e.g. the launcher's FATAL line)."""
+def _run_one(
+    point: SweepPoint, label: str, run_point: Callable[[SweepPoint, Path], None], log: Callable
+) -> bool:
+    """Runs one point unless it is finished; records how it ended; False if skipped."""
+    done_file = point.workdir / DONE_FILE
+    if point.done:
+        log(f"{label}: finished with this config, skipped")
+        return False
+    if done_file.exists():  # e.g. emptied by a full disk: its result is unknown
+        log(f"{label}: warning: {done_file} is unreadable, so the point runs again")
+        done_file.unlink()
+    log(f"{label} (log: {point.workdir / LOG_FILE}): {shlex.join(point.command)}")
+    point.workdir.mkdir(parents=True, exist_ok=True)
+    (point.workdir / FAILED_FILE).unlink(missing_ok=True)
+    start = time.time()
+    try:
+        run_point(point, point.workdir / LOG_FILE)
+    except SweepInterrupted as stop:  # saved and resumable: not a failure
+        _add_attempt(point, time.time() - start)
+        stop.point = point.name
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure of one point is recorded
+        seconds, _ = _add_attempt(point, time.time() - start)
+        message = _one_line(error)
+        write_record(point.workdir / FAILED_FILE, {"error": message, "seconds": seconds})
+        log(f"{label}: FAILED: {message}")
+    else:
+        seconds, attempts = _add_attempt(point, time.time() - start)
+        record = {"overrides": point.overrides, "seconds": seconds, "attempts": attempts}
+        write_record(done_file, record)
+        (point.workdir / FAILED_FILE).unlink(missing_ok=True)  # one written meanwhile: stale
+    return True
+
+
+def _add_attempt(point: SweepPoint, seconds: float) -> tuple[float, int]:
+    """Adds one attempt's seconds to the point's time record; returns (total, attempts)."""
+    path = point.workdir / TIME_FILE
+    so_far = read_record(path) or {}
+    total = round(float(so_far.get("seconds", 0.0)) + seconds, 1)
+    attempts = int(so_far.get("attempts", 0)) + 1
+    write_record(path, {"seconds": total, "attempts": attempts})
+    return total, attempts
+
+
+def run_training_process(
+    point: SweepPoint,
+    log_path: Path,
+    timeout: float | None = None,
+    guard: SignalGuard | None = None,
+) -> None:
+    """Runs the point's command, appending its output to `log_path` (`sweeps.child`: a
+    signal stops it as the train launcher stops, raising `SweepInterrupted`); raises
+    `PointFailed` with the exit code and this attempt's last FATAL line (else its last
+    line): never a line that another process appended to the log."""
     with open(log_path, "a", encoding="utf-8") as out:
+        out.write(f"--- sweep attempt, {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+        out.flush()
         start = out.tell()
-        result = subprocess.run(
-            point.command,
-            cwd=TRAIN_CWD,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-        )
-    if result.returncode != 0:
+        try:
+            code = run_child(
+                point.command, out, guard or SignalGuard(), cwd=TRAIN_CWD, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise PointFailed(f"timed out after {timeout} s (log: {log_path})") from None
+    if code != 0:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             f.seek(start)
-            last = _last_line(f.read())
-        raise PointFailed(f"exit {result.returncode}: {last or 'no output'} (log: {log_path})")
+            last = _last_fatal_line(f.read())
+        raise PointFailed(f"exit {code}: {last or 'no output'} (log: {log_path})")
 
 
 def shipped_sweeps() -> dict[str, tuple[str, ...]]:
@@ -318,6 +438,12 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _last_fatal_line(text: str) -> str:
+    """The last "FATAL: ..." line (the launcher's own words), else the last line."""
+    fatal = [line.strip() for line in text.splitlines() if line.startswith("FATAL:")]
+    return fatal[-1] if fatal else _last_line(text)
+
+
 def _flag_key(flag: str) -> str | None:
     """ "--config.model.ffn_dim=64" / "--noconfig.data.bucketing" -> the dotted key."""
     match = re.match(r"--(?:no)?config\.([^=]+)", flag)
@@ -330,6 +456,11 @@ def _check_extra_flags(extra: list[str], points: list[dict[str, Any]], sweep_nam
         for key, value in overrides.items():
             varied.setdefault(key, []).append(value)
     for flag in extra:
+        if not re.fullmatch(r"--?[A-Za-z_][\w.-]*(=.*)?", flag, flags=re.DOTALL):
+            raise SweepError(
+                f"--extra={flag!r}: give each extra flag as one --flag=value, e.g. "
+                "--extra=--config.num_train_steps=5 (repeat --extra for several flags)."
+            )
         if re.match(r"--(config|workdir)(=|$)", flag):
             raise SweepError(
                 f"--extra={flag}: the sweep sets --config and each point's --workdir itself; "
