@@ -11,8 +11,6 @@ score an average without writing one, pass `--average_last=N` to those commands 
 
 from __future__ import annotations
 
-import sys
-
 from absl import app, flags
 
 from transformer_jax import launch
@@ -43,9 +41,10 @@ def main(argv: list[str]) -> None:
             output,
             abstract_state=abstract_run_state(FLAGS.workdir),  # the model's and optimizer's
         )
-    except (NoCheckpointError, ValueError) as error:
-        print(f"FATAL: {error}", file=sys.stderr)
-        sys.exit(2)
+    except (NoCheckpointError, ValueError) as error:  # too few checkpoints, a bad output
+        launch.fatal(str(error))
+    except OSError as error:  # e.g. no permission to write beside --output_workdir
+        launch.fatal(f"cannot write the average to {output}: {error}.")
     # Read back as evaluate will: proves the new workdir loads, and names the steps it holds.
     steps = Translator.from_workdir(written).averaged_steps
     print(f"Wrote the average of the checkpoints at steps {list(steps)} to {written}.")

@@ -26,20 +26,25 @@ _MAX_POSITIONS = flags.DEFINE_integer(
     "max_positions", 1024, "ctranslate2 only: rows of the sinusoidal position table."
 )
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-_FORCE = flags.DEFINE_bool("force", False, "Overwrite an existing output_dir.")
+_FORCE = flags.DEFINE_bool(
+    "force", False, "Replace an --output_dir that holds an earlier export (or is empty)."
+)
 
 
 def main(argv: list[str]) -> None:
     launch.quiet_library_logs()  # orbax's routine INFO and read-only notices
     del argv
     if _FORMAT.value != "ctranslate2" and _QUANTIZATION.value:
-        raise app.UsageError("--quantization applies to --format=ctranslate2 only.")
+        launch.fatal(
+            f"--quantization applies to --format=ctranslate2 only; drop it to export "
+            f"--format={_FORMAT.value} (its programs keep the model's own precision)."
+        )
     from transformer_jax.export.ctranslate2 import export_ctranslate2
     from transformer_jax.export.extras import MissingExtraError
     from transformer_jax.export.stablehlo import export_stablehlo
 
-    # No run in --workdir (NoCheckpointError), an existing --output_dir, a library of the
-    # [export] extra missing: one FATAL line.
+    # No run in --workdir (NoCheckpointError), an --output_dir that --force may not replace
+    # (a file, the run, a directory that no export wrote), a library missing: one FATAL line.
     try:
         if _FORMAT.value == "ctranslate2":
             out = export_ctranslate2(

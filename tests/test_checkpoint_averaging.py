@@ -238,19 +238,18 @@ def test_a_write_stopped_midway_leaves_no_output_and_the_next_try_succeeds(
         patch.setattr(averaging.ckpt, "save_checkpoint", dies)
         with pytest.raises(KeyboardInterrupt):
             write_averaged_checkpoint(workdir, 2, output, abstract_state=abstract_state)
-    assert not output.exists() and (tmp_path / ".avg.partial").is_dir()
+    assert list(tmp_path.iterdir()) == []  # no output, no staging folder
+    (tmp_path / ".avg.partial").mkdir()  # as a killed try (no cleanup) leaves it
     write_averaged_checkpoint(workdir, 2, output, abstract_state=abstract_state)
     assert Translator.from_workdir(output).averaged_steps == (2, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["avg"]  # the partial one is gone
-    # An existing folder without checkpoints (made by hand) receives the files.
+    # An existing folder with files in it (made by hand, or an export) is refused, untouched.
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    write_averaged_checkpoint(workdir, 2, other, abstract_state=abstract_state)
-    assert sorted(p.name for p in other.iterdir()) == [
-        "checkpoints", "config.json", "notes.txt", "tokenizer"
-    ]  # fmt: skip
-    assert Translator.from_workdir(other).averaged_steps == (2, 3)
+    with pytest.raises(ValueError, match="already exists and is not empty"):
+        write_averaged_checkpoint(workdir, 2, other, abstract_state=abstract_state)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 
 def test_command_reports_bad_input_as_fatal(workdir, tmp_path):

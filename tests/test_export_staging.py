@@ -26,6 +26,7 @@ def test_staged_dir_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
 
     with staged_dir(out) as tmp:
         (tmp / "model.bin").write_text("first")
+        (tmp / "export.json").write_text("{}")  # an export: what --force may replace
         assert not out.exists()  # nothing at the destination until the block ends
     assert (out / "model.bin").read_text() == "first"
     with pytest.raises(FileExistsError, match="--force"):

@@ -56,8 +56,8 @@ from transformer_jax.export.ct2_search import (
     nbest_hypotheses,
     row_budgets,
 )
-from transformer_jax.export.ctranslate2 import MANIFEST
 from transformer_jax.export.extras import import_extra
+from transformer_jax.export.manifest import MANIFEST, check_digests, damaged
 from transformer_jax.inference.notes import output_notes, source_notes
 from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
@@ -67,16 +67,43 @@ from transformer_jax.runtime import commands
 ENSEMBLE_ERROR = "the CTranslate2 engine does not ensemble; use --engine=jax"
 
 
+# What CTranslate2 loads: the model, its config and the vocabularies (one shared file when
+# source and target tokens are the same, else one each).
+MODEL_FILES = ("model.bin", "config.json")
+SHARED_VOCABULARY = "shared_vocabulary.json"
+VOCABULARY_PAIR = ("source_vocabulary.json", "target_vocabulary.json")
+
+
+def _redo(model_dir: str | Path, manifest: dict[str, Any] | None = None) -> str:
+    """The command that writes the export in `model_dir` again (its run, when recorded)."""
+    workdir = (manifest or {}).get("workdir") or "RUN"
+    return (
+        commands.command("export", workdir=workdir, format="ctranslate2", output_dir=model_dir)
+        + " --force"
+    )
+
+
 def read_manifest(model_dir: str | Path) -> dict[str, Any]:
     """`export.json` of an exported directory, with a clear error when it is missing; an
-    older export's `decoding.split_len` is read as today's `segment_len`."""
+    older export's `decoding.split_len` is read as today's `segment_len`.
+
+    A manifest that is not JSON naming a format is a `manifest.DamagedExportError` naming
+    the directory and the command that writes it again. Cheap (no other file is read): the
+    export's files are checked where it is opened (`check_files`).
+    """
     path = Path(model_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(
             f"{model_dir} has no {MANIFEST}: it is not a directory written by "
             f"`{commands.command('export', format='ctranslate2')}`."
         )
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        what = f"{MANIFEST} is not valid JSON: {error}"
+        raise damaged(model_dir, what, _redo(model_dir)) from error
+    if not isinstance(manifest, dict) or not manifest.get("format"):
+        raise damaged(model_dir, f"{MANIFEST} names no export format", _redo(model_dir))
     kind = manifest.get("format")
     if kind != "ctranslate2":  # e.g. a StableHLO export: no CTranslate2 model to load
         raise ValueError(
@@ -88,6 +115,38 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
     if isinstance(decoding, dict) and "split_len" in decoding:  # exported before the rename
         decoding.setdefault("segment_len", decoding.pop("split_len"))
     return manifest
+
+
+def check_files(model_dir: str | Path, manifest: dict[str, Any]) -> None:
+    """A `DamagedExportError` (naming the directory, what is wrong and the command that
+    writes it again) for a manifest entry the engine needs or a file of the export that is
+    missing, or a file whose sha256 is not the one recorded at export (`manifest`)."""
+    redo = _redo(model_dir, manifest)
+    root = Path(model_dir)
+    for key in ("max_positions", "source_tokenizer", "target_tokenizer"):
+        if key not in manifest:
+            raise damaged(model_dir, f"{MANIFEST} has no {key!r}", redo)
+    missing = [name for name in MODEL_FILES if not (root / name).is_file()]
+    if not (root / SHARED_VOCABULARY).is_file():
+        missing += [name for name in VOCABULARY_PAIR if not (root / name).is_file()]
+    missing += [
+        manifest[key]
+        for key in ("source_tokenizer", "target_tokenizer")
+        if not (root / str(manifest[key])).is_dir()
+    ]
+    if missing:
+        raise damaged(model_dir, f"missing {', '.join(missing)}", redo)
+    check_digests(model_dir, manifest, redo)
+
+
+def _open(ctranslate2: Any, model_dir: str | Path, manifest: dict[str, Any], **kwargs) -> Any:
+    """`ctranslate2.Translator(model_dir, device="cpu", **kwargs)`, its load errors (a file
+    cut short, a config it cannot parse) a `DamagedExportError`, not a traceback."""
+    try:
+        return ctranslate2.Translator(str(model_dir), device="cpu", **kwargs)
+    except (RuntimeError, ValueError) as error:
+        what = f"CTranslate2 cannot load it: {error}"
+        raise damaged(model_dir, what, _redo(model_dir, manifest)) from error
 
 
 def load_truecaser(model_dir: str | Path) -> Truecaser | None:
@@ -159,9 +218,10 @@ def open_translator(
     """A `ctranslate2.Translator` of `model_dir` on the CPU, for `translate_detailed`'s
     `translator` across calls (translate's stdin stream: one load, not one per line)."""
     ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
-    read_manifest(model_dir)  # a clear error for a directory that is not an export
-    return ctranslate2.Translator(
-        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=intra_threads
+    manifest = read_manifest(model_dir)  # a clear error for a directory that is not an export
+    check_files(model_dir, manifest)
+    return _open(
+        ctranslate2, model_dir, manifest, compute_type=compute_type, intra_threads=intra_threads
     )
 
 
@@ -212,6 +272,8 @@ def translate_detailed(
 
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
+    if translator is None:  # opened here (below): its files are checked first
+        check_files(model_dir, manifest)
     given = {
         "beam_size": beam_size, "alpha": alpha, "max_len_a": max_len_a, "max_len_b": max_len_b,
         "max_decode_len": max_decode_len, "segment_len": segment_len, "batch_size": batch_size,
@@ -242,8 +304,8 @@ def translate_detailed(
         # from the seed set then: same seed, same samples only from a translator opened now.
         ctranslate2.set_random_seed(search.seed)
         translator = None
-    translator = translator or ctranslate2.Translator(
-        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=intra_threads
+    translator = translator or _open(
+        ctranslate2, model_dir, manifest, compute_type=compute_type, intra_threads=intra_threads
     )
 
     prepared = _prepare(sentences, book_style)

@@ -26,8 +26,8 @@ parameters (the same route as CTranslate2's own OpenNMT-py and fairseq converter
   appended to every source (`add_source_eos`, as our `encode_sources`), `<unk>` is unknown.
 
 The tokenizers are saved beside the model (`tokenizer/`, with a book-style run's truecaser
-for natural text) with `export.json`, so `ct2_translate.translate_lines` can serve the
-directory without this package's model code.
+for natural text) with `export.json` (which holds the sha256 of every file, `manifest`), so
+`ct2_translate.translate_lines` can serve the directory without this package's model code.
 """
 
 from __future__ import annotations
@@ -42,14 +42,16 @@ from transformer_jax import ops
 from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS, EOS, NUM_SPECIAL, SPECIAL_TOKENS, UNK
 from transformer_jax.decoding.defaults import DEFAULTS
-from transformer_jax.export.extras import import_extra
+from transformer_jax.export.extras import MissingExtraError, import_extra
+from transformer_jax.export.manifest import DIGESTS, MANIFEST, file_digests
 from transformer_jax.export.staging import check_new, staged_dir
 from transformer_jax.export.trained_model import load_trained
 from transformer_jax.inference import Translator
 from transformer_jax.nn import ModelConfig
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
-MANIFEST = "export.json"
+# CTranslate2's converter casts to bfloat16 with torch (`specs.model_spec`), not numpy.
+NEEDS_TORCH = ("bfloat16",)
 TOKENIZER_DIR = "tokenizer"
 SRC_TOKENIZER, TGT_TOKENIZER = "source", "target"
 # Rows of the position table written for sinusoidal models: sources and outputs up to this
@@ -264,6 +266,8 @@ def convert(
         raise ValueError(
             f"quantization={quantization!r} is not supported; choose one of {list(QUANTIZATIONS)}."
         )
+    if quantization in NEEDS_TORCH:
+        check_torch(quantization)
     check_supported(model.model_config)
     if max_positions < 1:
         raise ValueError(f"max_positions must be >= 1, got {max_positions}.")
@@ -282,7 +286,8 @@ def convert(
             return spec
 
     output_dir = Path(output_dir)
-    with staged_dir(output_dir, force=force) as tmp:  # nothing half-written at output_dir
+    workdir = (extra_manifest or {}).get("workdir")  # the run exported: never replaced
+    with staged_dir(output_dir, force=force, workdir=workdir) as tmp:  # nothing half-written
         _SpecConverter().convert(
             str(tmp),
             quantization=None if quantization == "float32" else quantization,
@@ -302,6 +307,7 @@ def convert(
             "step": model.step,
             **run_manifest(model),
             **(extra_manifest or {}),
+            DIGESTS: file_digests(tmp),  # checked when the export is opened (`manifest`)
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return output_dir
@@ -318,7 +324,9 @@ def export_ctranslate2(
 ) -> Path:
     """Convert the trained model in `workdir` (latest or given step) to `output_dir`."""
     import_extra("ctranslate2", NEEDED_BY)  # before the model is read: fail fast
-    check_new(output_dir, force)
+    if quantization in NEEDS_TORCH:
+        check_torch(quantization)
+    check_new(output_dir, force, workdir)
     model = load_trained(workdir, step)
     return convert(
         model,
@@ -328,6 +336,19 @@ def export_ctranslate2(
         force=force,
         extra_manifest={"workdir": str(Path(workdir).absolute())},
     )
+
+
+def check_torch(quantization: str) -> None:
+    """A `MissingExtraError` if torch, which CTranslate2 converts to `quantization` with, is
+    not installed (torch is no part of the [export] extra: too large for one option)."""
+    try:
+        import_extra("torch", NEEDED_BY)
+    except MissingExtraError as error:
+        raise MissingExtraError(
+            f"--quantization={quantization} needs torch, which CTranslate2's converter casts "
+            "the weights with and which is not installed: pip install torch, or choose "
+            "float16 or int8 (no torch needed)."
+        ) from error
 
 
 def run_manifest(model: Translator) -> dict[str, Any]:

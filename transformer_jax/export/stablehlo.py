@@ -9,7 +9,8 @@ writes, with the parameters baked into each program as constants:
     beam.bin     (src, src_len, alpha () float32) -> tokens (B, W, L) int32, scores (B, W)
     tokenizer/source, tokenizer/target    the tokenizers (vocab.txt or spm.model)
     tokenizer/truecaser.json              a book-style run's truecaser (natural text)
-    export.json  the manifest: files, shapes, special ids, L, W, preprocessing
+    export.json  the manifest: files, shapes, special ids, L, W, preprocessing, and the
+                 sha256 of every other file ("sha256", `manifest.file_digests`)
 
 Each program holds its own copy of the parameters (three copies on disk; fine for the
 models here, a params argument would suit a large one). B and S are symbolic
@@ -36,13 +37,13 @@ from transformer_jax.data.truecasing import TRUECASER_FILE
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_jax.decoding import beam_decode, encode, greedy_decode
 from transformer_jax.export.ctranslate2 import (
-    MANIFEST,
     SRC_TOKENIZER,
     TGT_TOKENIZER,
     TOKENIZER_DIR,
     run_manifest,
 )
 from transformer_jax.export.extras import import_extra
+from transformer_jax.export.manifest import DIGESTS, MANIFEST, file_digests
 from transformer_jax.export.staging import check_new, staged_dir
 from transformer_jax.export.trained_model import load_trained
 from transformer_jax.inference import Translator
@@ -101,9 +102,10 @@ def write(
         )
     # jax.export serialises with flatbuffers, an optional library (the [export] extra).
     import_extra("flatbuffers", NEEDED_BY)
-    output_dir = check_new(output_dir, force)
+    workdir = (extra_manifest or {}).get("workdir")  # the run exported: never replaced
+    output_dir = check_new(output_dir, force, workdir)
     programs = exported_programs(model, beam_size=beam_size, max_decode_len=max_decode_len)
-    with staged_dir(output_dir, force=force) as tmp:
+    with staged_dir(output_dir, force=force, workdir=workdir) as tmp:
         _write_files(model, tmp, programs, beam_size, max_decode_len, extra_manifest or {})
     return output_dir
 
@@ -140,6 +142,7 @@ def _write_files(
         "step": model.step,
         **run_manifest(model),
         **extra_manifest,
+        DIGESTS: file_digests(output_dir),
     }  # fmt: skip
     (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
@@ -161,7 +164,7 @@ def export_stablehlo(
 ) -> Path:
     """Export the trained model in `workdir` (latest or given step) to `output_dir`."""
     import_extra("flatbuffers", NEEDED_BY)  # before the model is read: fail fast
-    check_new(output_dir, force)
+    check_new(output_dir, force, workdir)
     model = load_trained(workdir, step)
     return write(
         model, output_dir, beam_size=beam_size, max_decode_len=max_decode_len, force=force,

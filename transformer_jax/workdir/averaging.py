@@ -246,20 +246,13 @@ def write_averaged_checkpoint(
     params, the newest checkpoint's step, opt_state, rng and data position, and
     `"averaged_steps": [...]` in its meta. `experiments.evaluate` and
     `experiments.translate` read it as any workdir. Returns `output_workdir`.
+
+    `output_workdir` must not exist or be an empty directory: a ValueError names a file, the
+    input workdir, or a directory with anything in it (an export's config.json was once
+    overwritten). Nothing is left beside it on failure (the staging folder is removed).
     """
     workdir, output = Path(workdir), Path(output_workdir)
-    if output.resolve() == workdir.resolve():
-        raise ValueError(
-            f"output_workdir is the input workdir {workdir}; averaged params would mix with the "
-            "run's own checkpoints. Choose another directory, e.g. "
-            f"{workdir.name}_avg{last_n}."
-        )
-    existing = output / ckpt.CHECKPOINT_DIR
-    if existing.is_dir() and any(existing.iterdir()):
-        raise ValueError(
-            f"{existing} already has checkpoints; refusing to add an averaged one to them. "
-            "Delete it or choose another output_workdir."
-        )
+    _check_output(workdir, output, last_n)
     config = ckpt.load_config(workdir)
     manager = ckpt.make_manager(workdir, keep=max(1, config.keep_checkpoints), read_only=True)
     try:
@@ -267,39 +260,61 @@ def write_averaged_checkpoint(
     finally:
         manager.close()
 
-    # Written aside, then moved into place: a killed run leaves no half-written output to
-    # refuse on the next try (a staging folder of a killed try is cleared first).
+    # Written aside, then renamed into place: a failure leaves no half-written output to
+    # refuse on the next try, and no staging folder (removed on any error; one left by a
+    # killed try is cleared first).
     staging = output.parent / f".{output.name}.partial"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    shutil.copy2(workdir / ckpt.CONFIG_FILE, staging / ckpt.CONFIG_FILE)
-    shutil.copytree(workdir / ckpt.TOKENIZER_DIR, staging / ckpt.TOKENIZER_DIR)
-    config = ckpt.load_config(staging)
-    manager = ckpt.make_manager(staging, keep=max(1, config.keep_checkpoints))
+    _remove(staging)
     try:
-        ckpt.save_checkpoint(manager, state, data, {**meta, AVERAGED_STEPS: list(steps)})
-        manager.wait_until_finished()
+        staging.mkdir(parents=True)
+        shutil.copy2(workdir / ckpt.CONFIG_FILE, staging / ckpt.CONFIG_FILE)
+        shutil.copytree(workdir / ckpt.TOKENIZER_DIR, staging / ckpt.TOKENIZER_DIR)
+        config = ckpt.load_config(staging)
+        manager = ckpt.make_manager(staging, keep=max(1, config.keep_checkpoints))
+        try:
+            ckpt.save_checkpoint(manager, state, data, {**meta, AVERAGED_STEPS: list(steps)})
+            manager.wait_until_finished()
+        finally:
+            manager.close()
+        _check_output(workdir, output, last_n)  # made while we wrote: keep it, drop ours
+        if output.is_dir():  # empty (checked): the rename needs it gone
+            output.rmdir()
+        staging.rename(output)
     finally:
-        manager.close()
-    _publish(staging, output)
+        _remove(staging)  # gone already after the rename
     return output
 
 
-def _publish(staging: Path, output: Path) -> None:
-    """Moves a finished `staging` workdir to `output`: renamed whole when `output` is absent
-    or empty, else item by item into it (it has no checkpoints: checked before), the
-    checkpoints last, so that a kill in between leaves `output` without them."""
-    if output.is_dir() and not any(output.iterdir()):
-        output.rmdir()
-    if not output.exists():
-        staging.rename(output)
-        return
-    for item in sorted(staging.iterdir(), key=lambda p: p.name == ckpt.CHECKPOINT_DIR):
-        target = output / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        item.rename(target)
-    staging.rmdir()
+def _check_output(workdir: Path, output: Path, last_n: int) -> None:
+    """A ValueError unless `output` is absent or an empty directory other than `workdir`."""
+    if output.resolve() == workdir.resolve():
+        raise ValueError(
+            f"output_workdir is the input workdir {workdir}; averaged params would mix with the "
+            "run's own checkpoints. Choose another directory, e.g. "
+            f"{workdir.name}_avg{last_n}."
+        )
+    if output.exists() and not output.is_dir():
+        raise ValueError(
+            f"output_workdir {output} is a file, not a directory; the average is written as "
+            f"a new workdir: choose a new --output_workdir, e.g. {workdir}_avg{last_n}."
+        )
+    existing = output / ckpt.CHECKPOINT_DIR
+    if existing.is_dir() and any(existing.iterdir()):
+        raise ValueError(
+            f"{existing} already has checkpoints; refusing to add an averaged one to them. "
+            "Delete it or choose another output_workdir."
+        )
+    if output.is_dir() and any(output.iterdir()):
+        raise ValueError(
+            f"output_workdir {output} already exists and is not empty; the average is written "
+            "as a new workdir, never into other files (an export, a run): choose a new "
+            "--output_workdir, or an empty directory."
+        )
+
+
+def _remove(path: Path) -> None:
+    """Deletes `path` (a staging folder of ours) if it exists."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
