@@ -158,7 +158,10 @@ def _engine():
         values = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         for name in ("step", "average_last", "max_decode_len"):  # refused above
             values.pop(name)
-        return CTranslate2Engine(FLAGS.model_dir, text=FLAGS.text, **values)
+        try:
+            return CTranslate2Engine(FLAGS.model_dir, text=FLAGS.text, **values)
+        except ValueError as error:  # not an export, or a damaged one (DamagedExportError)
+            launch.fatal(str(error))
     if not FLAGS.workdir:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
     from transformer_jax.evaluation.translate_cli import first_workdir

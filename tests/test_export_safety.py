@@ -275,3 +275,18 @@ def test_translate_on_a_damaged_export_is_one_fatal_line(exported, tmp_path):
     result = run("experiments.translate", "--engine=ctranslate2", f"--model_dir={model_dir}")
     assert_one_fatal_line(result, f"{model_dir} is a damaged export", "export it again")
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@ctranslate2_needed
+def test_serve_on_a_damaged_export_is_one_fatal_line(exported, tmp_path):
+    # The server's CTranslate2 engine opens an export as translate does (its digests checked).
+    model_dir = tmp_path / "model"
+    shutil.copytree(exported, model_dir)
+    _overwrite_2kb(model_dir / "model.bin")
+    # Before, it served the damaged weights (and ran until killed): a short limit.
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.serve", "--engine=ctranslate2",
+         f"--model_dir={model_dir}", "--port=0"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_one_fatal_line(result, f"{model_dir} is a damaged export", "export it again")

@@ -46,10 +46,10 @@ from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
 from transformer_jax.export.ct2_translate import (
     load_truecaser,
+    open_translator,
     read_manifest,
     translate_detailed,
 )
-from transformer_jax.export.extras import import_extra
 from transformer_jax.inference import Translator, encode_sources
 from transformer_jax.serving.requests import decode_options
 
@@ -192,8 +192,6 @@ class CTranslate2Engine:
     def __init__(
         self, model_dir: str | Path, *, text: str = "natural", intra_threads: int = 0, **defaults
     ):
-        # The [export] extra's library (a MissingExtraError names the install command).
-        ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
         check_format("plain", text)
         self.model_dir = Path(model_dir)
         manifest = read_manifest(model_dir)
@@ -204,9 +202,9 @@ class CTranslate2Engine:
         # values come with each request's `DecodeOptions`.
         names = DecodeOptions.field_names()
         self._settings = {k: v for k, v in given.items() if k not in names}
-        self._translator = ctranslate2.Translator(
-            str(model_dir), device="cpu", intra_threads=intra_threads
-        )
+        # The [export] extra's library (a MissingExtraError names the install command), the
+        # export's files against their digests (a DamagedExportError says to export again).
+        self._translator = open_translator(model_dir, intra_threads=intra_threads)
         truecaser = load_truecaser(model_dir) if text == "natural" else None
         self._natural = truecaser.natural if truecaser is not None else None
 
