@@ -181,9 +181,11 @@ def test_no_checkpoint_error_names_directory_and_command(tmp_path):
     ckpt.save_config(fra_eng.get_config("runlocal"), tmp_path)  # a run that never saved
     from transformer_jax.inference import Translator
 
-    with pytest.raises(ckpt.NoCheckpointError, match="experiments.train") as error:
+    # Sent to the command that made the run (its config.json), not to a shipped config's.
+    with pytest.raises(ckpt.NoCheckpointError, match="re-running the command") as error:
         Translator.from_workdir(tmp_path)
     assert str(tmp_path / "checkpoints") in str(error.value)
+    assert str(tmp_path / "config.json") in str(error.value)
     with pytest.raises(ckpt.NoCheckpointError, match="not a training workdir"):
         Translator.from_workdir(tmp_path / "missing")
 
