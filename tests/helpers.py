@@ -193,3 +193,24 @@ def last_fatal_line(result: subprocess.CompletedProcess) -> str:
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("FATAL: "), last
     return last
+
+
+def run_module(
+    *args: str, stdin: str = "go .\n", timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`python -m <args>` from the repository (the export and serving launchers' tests),
+    `stdin` on its standard input."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO, env=subprocess_env(), capture_output=True,
+        text=True, input=stdin, timeout=timeout,
+    )  # fmt: skip
+
+
+def only_fatal_line(result: subprocess.CompletedProcess, *words: str) -> None:
+    """The launcher printed nothing but one `FATAL:` line holding every one of `words`, and
+    exited 2."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.startswith("FATAL: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    for word in words:
+        assert word in result.stderr, result.stderr

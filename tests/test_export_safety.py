@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, only_fatal_line, run_module, subprocess_env
 from transformer_jax.data.vocab import SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
 from transformer_jax.export.manifest import DamagedExportError
@@ -33,20 +33,6 @@ from transformer_jax.testing import random_params, tiny_config
 
 SOURCE = WordTokenizer([*SPECIAL_TOKENS, "go", ".", "run"])
 TARGET = WordTokenizer([*SPECIAL_TOKENS, "va", "!", "cours"])  # another: target_vocabulary.json
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", *args], cwd=REPO, env=subprocess_env(), capture_output=True,
-        text=True, input="go .\n", timeout=300,
-    )  # fmt: skip
-
-
-def assert_one_fatal_line(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr.startswith("FATAL: ") and result.stderr.count("\n") == 1, result.stderr
-    for word in words:
-        assert word in result.stderr, result.stderr
 
 
 def fake_run(path: Path) -> Path:
@@ -122,8 +108,10 @@ def test_export_cli_refuses_the_workdir_with_force_and_keeps_it(tmp_path):
     """Was: the run (checkpoints, metrics) deleted, the export written in its place, exit 0."""
     run_dir = fake_run(tmp_path / "run")
     before = contents(run_dir)
-    result = run("experiments.export", f"--workdir={run_dir}", f"--output_dir={run_dir}", "--force")
-    assert_one_fatal_line(result, f"--output_dir={run_dir}", "training run being exported")
+    result = run_module(
+        "experiments.export", f"--workdir={run_dir}", f"--output_dir={run_dir}", "--force"
+    )
+    only_fatal_line(result, f"--output_dir={run_dir}", "training run being exported")
     assert contents(run_dir) == before and sorted(os.listdir(tmp_path)) == ["run"]
 
 
@@ -144,11 +132,11 @@ def test_an_export_directory_has_a_normal_directory_mode(tmp_path):
 
 
 def test_quantization_with_stablehlo_is_one_fatal_line(tmp_path):
-    result = run(
+    result = run_module(
         "experiments.export", "--format=stablehlo", "--quantization=int8",
         f"--workdir={tmp_path}", f"--output_dir={tmp_path / 'out'}",
     )  # fmt: skip
-    assert_one_fatal_line(result, "--quantization applies to --format=ctranslate2 only")
+    only_fatal_line(result, "--quantization applies to --format=ctranslate2 only")
     assert "USAGE" not in result.stderr and not (tmp_path / "out").exists()
 
 
@@ -272,8 +260,8 @@ def test_translate_on_a_damaged_export_is_one_fatal_line(exported, tmp_path):
     model_dir = tmp_path / "model"
     shutil.copytree(exported, model_dir)
     (model_dir / "model.bin").unlink()
-    result = run("experiments.translate", "--engine=ctranslate2", f"--model_dir={model_dir}")
-    assert_one_fatal_line(result, f"{model_dir} is a damaged export", "export it again")
+    result = run_module("experiments.translate", "--engine=ctranslate2", f"--model_dir={model_dir}")
+    only_fatal_line(result, f"{model_dir} is a damaged export", "export it again")
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
@@ -289,4 +277,4 @@ def test_serve_on_a_damaged_export_is_one_fatal_line(exported, tmp_path):
          f"--model_dir={model_dir}", "--port=0"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert_one_fatal_line(result, f"{model_dir} is a damaged export", "export it again")
+    only_fatal_line(result, f"{model_dir} is a damaged export", "export it again")
