@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers import REPO, subprocess_env
 from transformer_jax import sweeps
-from transformer_jax.inference.translator import split_workdirs
+from transformer_jax.inference.run_specs import split_workdirs
 from transformer_jax.sweeps import runner
 from transformer_jax.workdir.checkpoints import NoCheckpointError
 

@@ -37,7 +37,7 @@ from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.report_text import format_report, summary_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
-from transformer_jax.inference.translator import split_workdirs
+from transformer_jax.inference.run_specs import split_workdirs
 from transformer_jax.runtime import commands, compile_log
 from transformer_jax.runtime.messages import first_line
 from transformer_jax.training.builder import mapped_eval_step

@@ -36,7 +36,7 @@ from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.notes import output_notes, prefix_notes, source_notes
-from transformer_jax.inference.translator import split_workdirs
+from transformer_jax.inference.run_specs import split_workdirs
 
 FORMATS = ("plain", "tsv")
 TEXT_STYLES = ("natural", "data")

@@ -6,14 +6,10 @@ memory; text in, text out. Used by translate, evaluate, the train loop's BLEU, t
 """
 
 from transformer_jax.decoding.batch_decode import SourceTooLongError
+from transformer_jax.inference.run_specs import split_checkpoint
 from transformer_jax.inference.settings import DEFAULTS, decode_settings
 from transformer_jax.inference.source_ids import DecodingWarning, EncodedSources, encode_sources
-from transformer_jax.inference.translator import (
-    Translations,
-    Translator,
-    load_translator,
-    split_checkpoint,
-)
+from transformer_jax.inference.translator import Translations, Translator, load_translator
 
 __all__ = [
     "DEFAULTS",
