@@ -89,6 +89,15 @@ def killed_before_the_first_checkpoint(tmp_path_factory) -> Path:
     return workdir
 
 
+def logged_copy(run: Path, tmp_path: Path, caplog) -> Path:
+    """A copy of `run` at `tmp_path/run` for a test to change, with absl's INFO lines
+    captured (`messages`)."""
+    caplog.set_level(logging.INFO, logger="absl")
+    workdir = tmp_path / "run"
+    shutil.copytree(run, workdir)
+    return workdir
+
+
 # --- 1. the tokenizer save ------------------------------------------------------------------
 
 
@@ -129,9 +138,7 @@ def test_a_tokenizer_save_killed_midway_leaves_no_folder(tmp_path, monkeypatch):
 def test_a_tokenizer_cut_short_before_the_first_checkpoint_is_built_again(
     killed_before_the_first_checkpoint, tmp_path, caplog
 ):
-    caplog.set_level(logging.INFO, logger="absl")
-    workdir = tmp_path / "run"
-    shutil.copytree(killed_before_the_first_checkpoint, workdir)
+    workdir = logged_copy(killed_before_the_first_checkpoint, tmp_path, caplog)
     (workdir / "tokenizer" / "source" / "tokenizer.json").unlink()  # as a kill -9 in the save
     train(workdir, steps=2)  # was: RunFileError, "copy the run's tokenizer/ back"
     assert "cannot be loaded" in messages(caplog)
@@ -184,9 +191,7 @@ def test_a_changed_model_is_never_sent_to_an_init_from_without_checkpoints(tmp_p
 def test_a_run_stopped_before_its_first_checkpoint_restarts_with_another_config(
     killed_before_the_first_checkpoint, tmp_path, caplog
 ):
-    caplog.set_level(logging.INFO, logger="absl")
-    workdir = tmp_path / "run"
-    shutil.copytree(killed_before_the_first_checkpoint, workdir)
+    workdir = logged_copy(killed_before_the_first_checkpoint, tmp_path, caplog)
     old_vocab = ckpt.load_workdir_tokenizers(workdir / "tokenizer")[0].vocab_size
 
     config = tiny_config(2, model__ffn_dim=64, data__min_freq=1)
@@ -212,9 +217,7 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_with_another_config(
 def test_a_shorter_or_changed_config_of_a_finished_run_is_not_recorded(
     tiny_workdir, tmp_path, caplog
 ):
-    caplog.set_level(logging.INFO, logger="absl")
-    workdir = tmp_path / "run"
-    shutil.copytree(tiny_workdir, workdir)  # the run finished: `train(workdir, steps=4)`
+    workdir = logged_copy(tiny_workdir, tmp_path, caplog)  # finished: `train(workdir, steps=4)`
     recorded = (workdir / "config.json").read_bytes()
     caplog.clear()
 

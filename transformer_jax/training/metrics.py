@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.workdir.checkpoints import METRICS_FILE, TENSORBOARD_DIR
-from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
+from transformer_jax.workdir.directory import WorkdirWriteError
 
 
 def summarize(sums: dict[str, Any]) -> dict[str, float]:
@@ -104,7 +104,7 @@ class MetricWriter:
         except OSError as error:
             self._failed = True
             where = f"{what} to {self._workdir / METRICS_FILE} and {TENSORBOARD_DIR}/"
-            raise WorkdirWriteError(write_failure(error, self._workdir, where)) from error
+            raise WorkdirWriteError.failed(error, self._workdir, where) from error
 
 
 def _number(value: Any) -> float | int | None:

@@ -28,7 +28,7 @@ from transformer_jax.workdir.checkpoints import (
     METRICS_FILE,
     TENSORBOARD_DIR,
 )
-from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
+from transformer_jax.workdir.directory import WorkdirWriteError
 
 PREVIOUS_DIR = "previous_runs"  # <workdir>/previous_runs/<time>/: a history moved aside
 
@@ -119,9 +119,7 @@ def truncate_metrics(workdir: str | Path, step: int) -> int:
             temporary.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
         except OSError as error:  # a full disk: metrics.jsonl is as it was
             temporary.unlink(missing_ok=True)
-            raise WorkdirWriteError(
-                write_failure(error, path.parent, f"Rewriting {path}")
-            ) from error
+            raise WorkdirWriteError.failed(error, path.parent, f"Rewriting {path}") from error
         os.replace(temporary, path)
     return dropped
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from absl import logging
 
-from transformer_jax.workdir.directory import WorkdirWriteError, write_failure
+from transformer_jax.workdir.directory import WorkdirWriteError
 
 LOCK_FILE = ".lock"
 
@@ -111,7 +111,7 @@ def _acquire(path: Path, workdir: Path) -> int:
             with contextlib.suppress(OSError):
                 path.unlink()  # before unlocking, as `hold` does
             os.close(handle)
-            raise WorkdirWriteError(write_failure(error, workdir, f"Writing {path}")) from None
+            raise WorkdirWriteError.failed(error, workdir, f"Writing {path}") from None
         return handle
     raise WorkdirLockedError(
         f"{path} keeps being replaced; is another trainer starting and ending?"
