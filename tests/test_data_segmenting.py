@@ -27,6 +27,18 @@ def words(text: str) -> int:
         ("pi is 3.14 . e is 2.72", ["pi is 3.14 .", "e is 2.72"]),  # no cut inside a number
         ("no end here", ["no end here"]),
         ("  ", []),
+        # A run of marks at the end of the text is one end, not a sentence and a stray "!".
+        ("stop ! ! !", ["stop ! ! !"]),
+        ("how are you ? ? ? fine .", ["how are you ? ? ?", "fine ."]),
+        ("i'm here . . .", ["i'm here . . ."]),
+        # Punctuation after a closing bracket ends the sentence with it.
+        ("i saw it (really !) . then i left .", ["i saw it (really !) .", "then i left ."]),
+        # "?" or "!" closed by a quote, a word after it: the sentence goes on.
+        ('tom said "go !" and left .', ['tom said "go !" and left .']),
+        ("i saw it (really !) and left .", ["i saw it (really !) and left ."]),
+        # A piece without a letter or digit joins its neighbour.
+        (". . . hello . bye .", [". . . hello .", "bye ."]),
+        (". . .", [". . ."]),
     ],
 )
 def test_cut_sentences(text, sentences):

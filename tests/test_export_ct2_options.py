@@ -21,8 +21,9 @@ from transformer_jax.testing import random_params, tiny_config
 pytestmark = pytest.mark.usefixtures(float32_matmuls.__name__)
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-WORDS = WordTokenizer([*SPECIAL_TOKENS, *(f"w{i}" for i in range(30))])
-LINES = ["w1 w2 w3", "w4 w5", "", "w7 w8 w9 w10 w11", "w12 w13"]
+WORDS = WordTokenizer([*SPECIAL_TOKENS, *(f"w{i}" for i in range(29)), "."])
+# The last line is cut at its sentence end (n-best: its parts' best combinations).
+LINES = ["w1 w2 w3", "w4 w5", "", "w7 w8 w9 w10 w11", "w12 w13", "w1 w2 . w3 w4 w5 ."]
 BUDGET = dict(max_decode_len=8)
 
 
@@ -74,7 +75,7 @@ def test_sampling_is_seeded(engines):
     draw = lambda seed, **kw: ct2(engines, temperature=2.0, nbest=3, seed=seed, **kw).hypotheses
     first = draw(1)
     assert draw(1) == first and draw(2) != first
-    assert [len(h.texts) for h in first] == [3, 3, 1, 3, 3]
+    assert [len(h.texts) for h in first] == [3, 3, 1, 3, 3, 3]
     assert any(len(set(h.texts)) > 1 for h in first)
     greedy = engines[0].translate(LINES)
     assert [h.texts[0] for h in draw(5, top_k=1)] == greedy  # top-1 sampling is greedy

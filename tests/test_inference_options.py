@@ -66,6 +66,31 @@ def test_sampling_is_seeded_and_samples_differ(translator):
     np.testing.assert_allclose(alone.log_probs, first[0].log_probs, rtol=1e-5)
 
 
+def test_a_cut_input_gets_its_parts_best_combinations(translator):
+    """n-best and a prefix keep an input's cut at sentence ends: rank 1 is the plain
+    translation, each hypothesis joins one of each part's (log P and scores summed), and a
+    prefix starts the first part only. Decoded whole, the model dropped or repeated
+    sentences."""
+    marks = WordTokenizer([*SPECIAL_TOKENS, *(f"w{i}" for i in range(29)), "."])
+    cut = dataclasses.replace(translator, src_tokenizer=marks, tgt_tokenizer=marks)
+    line, sentences = "w1 w2 . w3 w4 w5 .", ["w1 w2 .", "w3 w4 w5 ."]
+    options = DecodeOptions(beam_size=4, nbest=3)
+    out = cut.translate_options([line], options)[0]
+    assert out.best == cut.translate([line], beam_size=4)[0]
+    first, second = cut.translate_options(sentences, options)
+    joined = {
+        f"{a} {b}": (la + lb, sa + sb)
+        for a, la, sa in zip(first.texts, first.log_probs, first.scores, strict=True)
+        for b, lb, sb in zip(second.texts, second.log_probs, second.scores, strict=True)
+    }
+    best3 = sorted((score for _, score in joined.values()), reverse=True)[:3]
+    np.testing.assert_allclose(out.scores, best3, rtol=1e-5)
+    for text, log_prob, score in zip(out.texts, out.log_probs, out.scores, strict=True):
+        np.testing.assert_allclose((log_prob, score), joined[text], rtol=1e-5)
+    forced = cut.translate([line], prefix="w20 w21")[0]
+    assert forced.startswith("w20 w21 ") and forced.endswith(" " + cut.translate(sentences)[1])
+
+
 def test_a_sentences_samples_follow_its_own_id_not_its_neighbours(translator):
     """Draws are keyed by (the sentence's id, its part): not shifted when an earlier input is
     cut into parts, and a caller (a server merging requests) can give each sentence its id."""

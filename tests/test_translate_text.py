@@ -168,6 +168,26 @@ def test_many_bad_inputs_give_one_summary_warning_each():
     assert [len(x) for x in encoded.ids] == [0, 3, 21, 0, 18]  # nothing cut
 
 
+class DroppingTokenizer(StubTokenizer):
+    """As SentencePiece: zero-width characters are normalised away, so "\u200b" -> []."""
+
+    def encode(self, text):
+        text = text.replace("\u200b", "").replace("\ufeff", "")
+        return super().encode(text) if text.strip() else []
+
+
+def test_a_source_the_tokenizer_reads_as_nothing_is_empty(model):
+    """A line of zero-width characters encodes to a bare <eos>, from which the model makes up
+    a sentence ("." or "S'il vous plaît."); it is an empty input: an empty translation."""
+    cfg, params = model
+    src = DroppingTokenizer(SRC.tokens[4:])
+    with pytest.warns(DecodingWarning, match="#1, #2 are empty"):
+        encoded = encode_sources(src, ["go .", "\u200b", " \ufeff\u200b "])
+    assert encoded.empty == [1, 2] and encoded.ids[1:] == [[], []]
+    out = translate(cfg, params, src, TGT, ["\u200b", "go ."], warn=False)
+    assert out[0] == "" and out[1] == translate(cfg, params, src, TGT, ["go ."])[0]
+
+
 def test_attention_weights_are_trimmed_to_real_tokens(model):
     cfg, params = model
     src = source_ids(SRC, "i lost .")  # 4 ids

@@ -21,8 +21,14 @@ import re
 from collections.abc import Callable
 
 # Sentence-ending punctuation (a run of it, spaced or not: "?!", "...", the book's ". . ."),
-# then closing quotes or brackets, then whitespace. "3.5" and "e.g." inside a word are not ends.
-_SENTENCE_END = re.compile(r"[.!?…]+(?:\s+[.!?…]+)*[\"'»”’)\]]*(?=\s)")
+# then closing quotes or brackets and any punctuation after them ("(really !) ."), then
+# whitespace or the end of the text: a run is never split, so no part is punctuation alone
+# ("stop ! ! !" is one sentence, not "stop ! !" and "!"). "3.5" and "e.g." inside a word are
+# not ends.
+_CLOSERS = "\"'»”’)]"
+_SENTENCE_END = re.compile(
+    rf"[.!?…]+(?:\s+[.!?…]+)*[{re.escape(_CLOSERS)}]*(?:\s*[.!?…]+)*(?=\s|$)"
+)
 # Two or more ASCII spaces in a translation (join_translations makes them one).
 _SPACES = re.compile(r" {2,}")
 # Words whose full stop rarely ends an English sentence (lowercase, without the stop).
@@ -43,21 +49,43 @@ def _is_abbreviation(text: str, end: re.Match) -> bool:
     return word in ABBREVIATIONS or initial
 
 
+def _is_quoted_exclamation(end: re.Match) -> bool:
+    """Whether the end is "?" or "!" closed by a quote or bracket, with nothing after it:
+    'tom said "go !" and left .' and "i saw it (really !) and left ." go on (as
+    `truecasing` reads them: no capital after it)."""
+    marks = end.group().rstrip(_CLOSERS)
+    return marks != end.group() and marks.rstrip()[-1:] in "?!"
+
+
 def cut_sentences(text: str) -> list[str]:
     """Sentences of `text`, cut after sentence-ending punctuation followed by whitespace.
 
     "go . i lost ." -> ["go .", "i lost ."]; "wait . . . ok" -> ["wait . . .", "ok"];
-    "mr . smith left ." -> one sentence; a text without such an end -> [text] (stripped).
-    Empty pieces are dropped.
+    "mr . smith left ." -> one sentence; 'he said "go !" and left .' -> one sentence; a text
+    without such an end -> [text] (stripped). Empty pieces are dropped, and a piece with no
+    letter or digit (stray punctuation: ". . . ok" begins with one) joins its neighbour:
+    translated alone it would come back as a sentence the input does not have.
     """
     pieces, start = [], 0
     for end in _SENTENCE_END.finditer(text):
-        if _is_abbreviation(text, end):
+        if _is_abbreviation(text, end) or _is_quoted_exclamation(end):
             continue
         pieces.append(text[start : end.end()].strip())
         start = end.end()
     pieces.append(text[start:].strip())
-    return [piece for piece in pieces if piece]
+    out: list[str] = []
+    for piece in (piece for piece in pieces if piece):
+        if out and not _has_word(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"  # a leading stray joins the next sentence
+        elif out and not _has_word(piece):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+def _has_word(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
 
 
 def pack_sentences(sentences: list[str], lengths: list[int], limit: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 - Raw input -> one clean line: `clean_text` (ANSI escapes removed, every other control
   character a space), before any tokenisation, in translate, evaluate and the CTranslate2
-  engine alike.
+  engine alike; `input_form` then gives it the form the data stores.
 - The book's form (d2l §10.5 `preprocess_nmt`: lowercased, `, . ! ?` spaced off) for
   fra_eng and any dataset with `data.book_preprocessing`: `book_style(config)` says whether
   a run's text has it; `detokenize_book` joins the punctuation back, as sacreBLEU should
@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from transformer_jax.data.config import is_book_style
+from transformer_jax.data.preprocessing import preprocess_nmt
+from transformer_jax.data.typography import with_plain_forms
 
 # ANSI escape sequences, removed whole (not only their ESC): CSI ("ESC [ ... final byte"),
 # OSC ("ESC ] ... BEL or ESC \\"), and two-character escapes.
@@ -41,6 +44,22 @@ def clean_text(text: str) -> str:
         " " if unicodedata.category(ch) == "Cc" or unicodedata.category(ch) in _SEPARATORS else ch
         for ch in text
     )
+
+
+def input_form(text: str, *, book: bool, plain: Mapping[str, str] | None = None) -> str:
+    """Raw input (a source, or a target prefix) -> the form the data stores.
+
+    `clean_text`, stripped; then a source's typography the tokenizer cannot read made plain
+    (`plain`: `typography.plain_forms` of the source tokenizer; None for a prefix); then,
+    for book-style data, NFKC and the book's preprocessing. NFKC first because SentencePiece
+    reads text in NFKC anyway, after the preprocessing has spaced the punctuation: without it
+    "wait…" and "keys．" kept their "..." and "." unspaced, tokens the model never saw
+    there. Already prepared text is unchanged.
+    """
+    text = with_plain_forms(clean_text(text).strip(), plain or {})
+    if not book or not text:
+        return text
+    return preprocess_nmt(unicodedata.normalize("NFKC", text))
 
 
 def book_style(config: Any) -> bool:

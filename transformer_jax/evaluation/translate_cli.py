@@ -198,7 +198,7 @@ def translate_workdir(
             top_k=top_k,
             top_p=top_p,
             seed=seed,
-            prefix=translator.prepare(prefix) if prefix else None,
+            prefix=translator.prepare(prefix, target=True) if prefix else None,
             # A line samples by its number in the whole input: a stream's chunks as the file.
             sample_ids=range(first_number - 1, first_number - 1 + len(prepared)),
         )
@@ -209,7 +209,7 @@ def translate_workdir(
     notes += output_notes(out.unfinished, first_number=first_number)  # cut by their budget
     if prefix and first_number == 1:  # once, not again for a stream's later lines
         notes += prefix_notes(
-            translator.prepare(prefix),
+            translator.prepare(prefix, target=True),
             translator.tgt_tokenizer,
             max_decode_len=max_decode_len or translator.settings.get("max_decode_len"),
             position_limit=position_limit(translator.model_config),

@@ -33,22 +33,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.segmenting import join_translations
-from transformer_jax.data.text_form import clean_text
+from transformer_jax.data.text_form import input_form
 from transformer_jax.data.tokenizers import load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
+from transformer_jax.data.typography import plain_forms
 from transformer_jax.data.vocab import EOS_ID
 from transformer_jax.decoding.batch_decode import sorted_batches
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
-from transformer_jax.decoding.search import length_penalty
 from transformer_jax.export.ct2_search import (
     best_hypotheses,
     by_budget,
@@ -58,6 +55,7 @@ from transformer_jax.export.ct2_search import (
 )
 from transformer_jax.export.extras import import_extra
 from transformer_jax.export.manifest import MANIFEST, check_digests, damaged
+from transformer_jax.inference.joined_nbest import best_combinations
 from transformer_jax.inference.notes import output_notes, source_notes
 from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
@@ -160,10 +158,11 @@ def load_truecaser(model_dir: str | Path) -> Truecaser | None:
     return Truecaser.load(path) if manifest.get("truecaser") and path.is_file() else Truecaser("")
 
 
-def _prepare(sentences: Sequence[str], book_style: bool) -> list[str]:
-    """The JAX engine's input handling: control characters to spaces, strip, preprocess."""
-    cleaned = [clean_text(s).strip() for s in sentences]
-    return [preprocess_nmt(s) if book_style and s else s for s in cleaned]
+def _prepare(
+    sentences: Sequence[str], book_style: bool, plain: Mapping[str, str] | None = None
+) -> list[str]:
+    """The JAX engine's input handling (`data.text_form.input_form`; `plain` for sources)."""
+    return [input_form(s, book=book_style, plain=plain) for s in sentences]
 
 
 @dataclasses.dataclass
@@ -265,7 +264,7 @@ def translate_detailed(
     options: `DecodeOptions` fields beyond beam_size and alpha (nbest, temperature, top_k,
       top_p, seed, prefix: raw text, prepared as the inputs; None = the default); with any,
       or `scores`, `Translations.hypotheses` holds each input's n-best (`nbest_hypotheses`).
-      nbest > 1 and a prefix translate every input whole (segment_len 0), as the JAX engine.
+      An input cut into parts gets its parts' best combinations, as in the JAX engine.
     """
     # The [export] extra's library, imported only here: the JAX engine never needs it.
     ctranslate2 = import_extra("ctranslate2", "--engine=ctranslate2")
@@ -294,8 +293,6 @@ def translate_detailed(
     book_style = bool(manifest.get("book_style", False))
     prefixes = _prepare(search.prefixes(len(sentences)), book_style)
     ranked = scores or search != DecodeOptions(beam_size=search.beam_size, alpha=search.alpha)
-    if search.nbest > 1 or any(prefixes):  # n-best and prefixes belong to whole inputs
-        settings["segment_len"] = 0
     limit = int(manifest["max_positions"])
     src_tok = load_tokenizer(model_dir / manifest["source_tokenizer"])
     tgt_tok = load_tokenizer(model_dir / manifest["target_tokenizer"])
@@ -308,7 +305,7 @@ def translate_detailed(
         ctranslate2, model_dir, manifest, compute_type=compute_type, intra_threads=intra_threads
     )
 
-    prepared = _prepare(sentences, book_style)
+    prepared = _prepare(sentences, book_style, plain_forms(src_tok))
     # The JAX engine's rows: one per input, or per part of one cut at sentence ends.
     encoded = encode_sources(
         src_tok, prepared, trained_len=settings["trained_len"],
@@ -365,7 +362,7 @@ def translate_detailed(
     hypotheses = None
     if ranked:
         decode = lambda tokens: tgt_tok.decode([*(tgt_tok.token_to_id(t) for t in tokens), EOS_ID])
-        hypotheses = _per_input(len(prepared), owner, row_nbest, decode, search.alpha)
+        hypotheses = _per_input(len(prepared), owner, row_nbest, decode)
     return Translations(
         texts, prepared, encoded, cut, limit, src_tok, settings["trained_len"], hypotheses,
         tgt_tokenizer=tgt_tok, prefixes=prefixes, max_decode_len=settings["max_decode_len"],
@@ -373,9 +370,10 @@ def translate_detailed(
     )  # fmt: skip
 
 
-def _per_input(count, owner, row_nbest, decode, alpha) -> list[Hypotheses]:
-    """Each input's `Hypotheses`: its row's n-best, or its parts' best joined (log P summed,
-    scored over the whole length); ("",) with scores 0 for an empty input."""
+def _per_input(count, owner, row_nbest, decode) -> list[Hypotheses]:
+    """Each input's `Hypotheses`: its row's n-best, or its parts' best combinations
+    (`inference.joined_nbest`; log P and scores summed); ("",) with scores 0 for an empty
+    input."""
     rows: list[list[list[tuple[list[str], float, float]]]] = [[] for _ in range(count)]
     for i, hyps in zip(owner, row_nbest, strict=True):
         rows[i].append(hyps)
@@ -388,10 +386,11 @@ def _per_input(count, owner, row_nbest, decode, alpha) -> list[Hypotheses]:
             log_probs = tuple(lp for _, lp, _ in parts[0])
             out.append(Hypotheses(texts, log_probs, tuple(sc for _, _, sc in parts[0])))
         else:
-            best = [hyps[0] for hyps in parts]
-            log_prob = float(sum(lp for _, lp, _ in best))
-            length = sum(len(tokens) + 1 for tokens, _, _ in best)  # with each <eos>
-            score = float(log_prob / length_penalty(length, np.float32(alpha), xp=np))
-            text = join_translations([decode(tokens) for tokens, _, _ in best])
-            out.append(Hypotheses((text,), (log_prob,), (score,)))
+            n = max(len(hyps) for hyps in parts)
+            joined = best_combinations([[sc for _, _, sc in hyps] for hyps in parts], n)
+            chosen = [[hyps[j] for hyps, j in zip(parts, c, strict=True)] for c in joined]
+            texts = tuple(join_translations([decode(t) for t, _, _ in c]) for c in chosen)
+            log_probs = tuple(float(sum(lp for _, lp, _ in c)) for c in chosen)
+            scores = tuple(float(sum(sc for _, _, sc in c)) for c in chosen)
+            out.append(Hypotheses(texts, log_probs, scores))
     return out

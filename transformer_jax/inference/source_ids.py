@@ -31,7 +31,8 @@ class EncodedSources:
 
     long: {sentence index: its length with `<eos>`} for sources (or, for a cut one, its
       longest part) longer than the length the model was trained on (translated whole
-      anyway); empty: indices of empty sentences.
+      anyway); empty: indices of empty sentences, blank or holding only what the
+      tokenizer drops (a zero-width space, a BOM): a bare `<eos>` would make up a sentence.
     parts: {sentence index: the id rows it is translated as} for inputs cut at sentence
       ends (`rows` gives every sentence's rows).
     """
@@ -57,7 +58,8 @@ def encode_sources(
     segment_len: int | None = None,
     warn: bool = True,
 ) -> EncodedSources:
-    """`encode_text` of each sentence, never cut inside a sentence; [] for an empty one.
+    """`encode_text` of each sentence, never cut inside a sentence; [] for an empty one (one
+    that encodes to `<eos>` alone).
 
     trained_len: the longest source (with `<eos>`) seen in training; a longer one is
       translated whole and reported in `long` (and one summary `DecodingWarning`).
@@ -71,11 +73,11 @@ def encode_sources(
     out = EncodedSources([], {}, [])
     too_long: list[tuple[int, int]] = []
     for i, sentence in enumerate(sentences):
-        if not sentence.strip():
+        ids = encode_text(tokenizer, sentence) if sentence.strip() else []
+        if len(ids) <= 1:  # blank, or only what the tokenizer drops (U+200B, a BOM): <eos>
             out.empty.append(i)
             out.ids.append([])
             continue
-        ids = encode_text(tokenizer, sentence)
         out.ids.append(ids)
         if segment_len and len(ids) > segment_len:
             texts = segment(sentence, lambda t: len(encode_text(tokenizer, t)), segment_len)

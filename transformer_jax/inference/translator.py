@@ -17,6 +17,7 @@ turns raw text into that.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -25,16 +26,16 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from transformer_jax.data.preprocessing import preprocess_nmt
 from transformer_jax.data.segmenting import join_translations
-from transformer_jax.data.text_form import book_style, clean_text, detokenize_book
+from transformer_jax.data.text_form import book_style, detokenize_book, input_form
 from transformer_jax.data.truecasing import Truecaser
+from transformer_jax.data.typography import plain_forms
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
 from transformer_jax.decoding.batch_decode import Hypothesis, decode_ids, decode_nbest
 from transformer_jax.decoding.defaults import OPTION_DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
-from transformer_jax.decoding.search import length_penalty
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
+from transformer_jax.inference.joined_nbest import best_combinations
 from transformer_jax.inference.notes import cut_note
 from transformer_jax.inference.run_specs import split_checkpoint, split_workdirs
 from transformer_jax.inference.settings import decode_settings
@@ -173,12 +174,18 @@ class Translator:
         """Whether the data's text is the book's (lowercased, punctuation spaced)."""
         return self.config is not None and book_style(self.config)
 
-    def prepare(self, text: str) -> str:
-        """Raw text -> the form the data stores: control characters become spaces
-        (`data.text_form.clean_text`), then the book's preprocessing if the run's data had
-        it. Already prepared text is unchanged."""
-        cleaned = clean_text(text).strip()
-        return preprocess_nmt(cleaned) if self.book_style else cleaned
+    def prepare(self, text: str, *, target: bool = False) -> str:
+        """Raw source text (or with `target`, a target prefix) -> the form the data stores
+        (`data.text_form.input_form`): control characters become spaces, a source's
+        typography the tokenizer cannot read becomes plain (“yes” -> "yes"), then the
+        book's preprocessing if the run's data had it. Prepared text is unchanged."""
+        plain = None if target else self._plain_forms
+        return input_form(text, book=self.book_style, plain=plain)
+
+    @functools.cached_property
+    def _plain_forms(self) -> dict[str, str]:
+        """`data.typography.plain_forms` of the source tokenizer, worked out once."""
+        return plain_forms(self.src_tokenizer)
 
     def detokenize(self, text: str) -> str:
         """A translation or reference as sacreBLEU should score it (the book's spaced
@@ -261,20 +268,18 @@ class Translator:
             {"beam_size": options["beam_size"], "alpha": options["alpha"], **chosen}
         )
         prefixes = search.prefixes(len(sentences))
-        segment_len = options.pop("segment_len")
-        if search.nbest > 1 or any(prefixes):  # n-best and prefixes belong to whole inputs
-            segment_len = 0
         trained_len = options["trained_len"]
         encoded = encode_sources(
             self.src_tokenizer,
             sentences,
             trained_len=options.pop("trained_len"),
             position_limit=self.model_config.position_limit,
-            segment_len=segment_len,
+            segment_len=options.pop("segment_len"),
             warn=warn,
         )
         # One decoding row per source, or per part of a source cut at sentence ends.
         owners = [i for i in range(len(sentences)) for _ in encoded.rows(i)]
+        parts = [p for i in range(len(sentences)) for p in range(len(encoded.rows(i)))]
         rows = [row for i in range(len(sentences)) for row in encoded.rows(i)]
         config, params = self.decode_model
         nbest: list[list[Hypothesis]] | None = None
@@ -284,13 +289,15 @@ class Translator:
             ids = range(len(sentences)) if sample_ids is None else list(sample_ids)
             if len(ids) != len(sentences):
                 raise ValueError(f"{len(ids)} sample_ids for {len(sentences)} sentences.")
-            parts = [p for i in range(len(sentences)) for p in range(len(encoded.rows(i)))]
             nbest = decode_nbest(
                 config,
                 params,
                 rows,
                 options=search,
-                prefixes=[prefix_ids[i] for i in owners],  # whole inputs: one row each
+                # A prefix starts its input: the first part of a cut one.
+                prefixes=[
+                    prefix_ids[i] if p == 0 else [] for i, p in zip(owners, parts, strict=True)
+                ],
                 max_decode_len=options["max_decode_len"],
                 max_len_a=options["max_len_a"],
                 max_len_b=options["max_len_b"],
@@ -325,7 +332,7 @@ class Translator:
         joined = [join_translations(parts) for parts in texts]
         hypotheses = None
         if nbest is not None:
-            hypotheses = self._hypotheses(len(sentences), owners, nbest, search.alpha)
+            hypotheses = self._hypotheses(len(sentences), owners, nbest)
         if warn and unfinished:
             (first, n), count = next(iter(unfinished.items())), len(unfinished)
             more = f" (and {count - 1} more)" if count > 1 else ""
@@ -346,10 +353,11 @@ class Translator:
 
         options: a `DecodeOptions` (used as given), or a mapping of its fields over this
           translator's beam_size and alpha (None: the translator's settings). `settings`: the
-          other `translate` keywords (max_decode_len, segment_len, ...). With nbest > 1 or a
-          prefix every input is decoded whole (segment_len 0); otherwise a cut input's
-          hypothesis joins its parts' best (log-probabilities summed, the score over the
-          whole length). An empty sentence gets `Hypotheses(("",), (0.0,), (0.0,))`.
+          other `translate` keywords (max_decode_len, segment_len, ...). An input cut at
+          sentence ends is decoded part by part (a prefix starts its first part), and its
+          n-best are the parts' best combinations (`inference.joined_nbest`: rank 1 joins
+          each part's best, as `translate` does), with the parts' log-probabilities and
+          scores summed. An empty sentence gets `Hypotheses(("",), (0.0,), (0.0,))`.
           sample_ids: as `translate_detailed`'s (default: each sentence's index).
         """
         if not isinstance(options, DecodeOptions):
@@ -369,9 +377,9 @@ class Translator:
         return out.hypotheses
 
     def _hypotheses(
-        self, count: int, owners: list[int], nbest: list[list[Hypothesis]], alpha: float
+        self, count: int, owners: list[int], nbest: list[list[Hypothesis]]
     ) -> list[Hypotheses]:
-        """Per sentence, its rows' n-best as text (a cut input: its parts' best joined)."""
+        """Per sentence, its rows' n-best as text (a cut input: its parts' best combinations)."""
         rows: list[list[list[Hypothesis]]] = [[] for _ in range(count)]
         for i, hyps in zip(owners, nbest, strict=True):
             rows[i].append(hyps)
@@ -384,13 +392,14 @@ class Translator:
                 texts = tuple(self.tgt_tokenizer.decode(h.ids) for h in hyps)
                 log_probs = tuple(h.log_prob for h in hyps)
                 out.append(Hypotheses(texts, log_probs, tuple(h.score for h in hyps)))
-            else:
-                best = [hyps[0] for hyps in parts]
-                text = join_translations([self.tgt_tokenizer.decode(h.ids) for h in best])
-                log_prob = sum(h.log_prob for h in best)
-                length = sum(len(h.ids) for h in best)
-                score = float(log_prob / length_penalty(length, alpha))
-                out.append(Hypotheses((text,), (float(log_prob),), (score,)))
+            else:  # the parts' best combinations (`joined_nbest`)
+                n = max(len(hyps) for hyps in parts)
+                joined = best_combinations([[h.score for h in hyps] for hyps in parts], n)
+                chosen = [[hyps[j] for hyps, j in zip(parts, c, strict=True)] for c in joined]
+                decode = self.tgt_tokenizer.decode
+                texts = tuple(join_translations([decode(h.ids) for h in c]) for c in chosen)
+                log_probs = tuple(float(sum(h.log_prob for h in c)) for c in chosen)
+                out.append(Hypotheses(texts, log_probs, tuple(_summed_scores(chosen))))
         return out
 
     def attention_maps(
@@ -452,6 +461,11 @@ def load_translator(workdir: str | Path, step: int | None = None, average_last: 
             "checkpoint as workdir@STEP."
         )
     return Translator.from_workdirs(specs, average_last)
+
+
+def _summed_scores(chosen: list[list[Hypothesis]]) -> list[float]:
+    """Each combination's score: its parts' scores summed (what `best_combinations` ranks)."""
+    return [float(sum(h.score for h in combination)) for combination in chosen]
 
 
 def _unpadded(ids: list[int]) -> list[int]:

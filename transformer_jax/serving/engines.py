@@ -126,7 +126,9 @@ class JaxEngine:
         # scores), as translate does.
         chosen = {"beam_size": options.beam_size, "alpha": options.alpha, **_beyond(options)}
         if "prefix" in chosen:  # prepared as the lines are (translate's --prefix too)
-            chosen["prefix"] = _map_prefix(options.prefix, translator.prepare)
+            chosen["prefix"] = _map_prefix(
+                options.prefix, lambda text: translator.prepare(text, target=True)
+            )
         out = translator.translate_detailed(prepared, warn=False, sample_ids=line_ids, **chosen)
         return _results(lines, out.texts, out.hypotheses, natural)
 
