@@ -7,7 +7,7 @@ import json
 import pytest
 
 from transformer_jax.data import config as config_lib
-from transformer_jax.data import datasets
+from transformer_jax.data import datasets, truecase_table
 from transformer_jax.data.truecase_table import build_truecaser
 from transformer_jax.data.truecasing import Truecaser, learn_forms, shouted, source_forms
 
@@ -32,9 +32,85 @@ RAW_FRENCH = [
 def test_learned_forms_count_words_inside_sentences_by_majority():
     forms = learn_forms(RAW_FRENCH)
     assert forms == {"cd": "CD", "marie": "Marie", "paris": "Paris", "tom": "Tom"}
-    assert learn_forms(RAW_FRENCH, min_count=1)["japon"] == "Japon"
+    # Once, after "le": a fixed phrase for all it shows, learned in that context only.
+    assert learn_forms(RAW_FRENCH, min_count=1)["le japon"] == "Japon"
     assert "vin" not in learn_forms(RAW_FRENCH, min_count=1)  # 1 "Vin" against 2 "vin"
     assert "bonjour" not in forms and "allez" not in forms and "il" not in forms
+
+
+def _times(n: int, *sentences: str) -> list[str]:
+    return list(sentences) * n
+
+
+def test_a_word_also_common_in_lowercase_is_not_learned_as_a_name():
+    # "Mars" the planet 3 times, "mars" the month twice: capitalised, but not almost always.
+    raw = _times(1, "Il va sur Mars.", "Il rêve de Mars.", "Il pense à Mars.")
+    raw += _times(1, "Il part en mars.", "Il vient début mars.")
+    truecaser = Truecaser("fr", learn_forms(raw))
+    assert "mars" not in truecaser.forms
+    assert truecaser.natural("il se marie en mars .") == "Il se marie en mars."
+    # Almost always capitalised: still a name ("Tom" here 20 times, "tom" once).
+    assert learn_forms(_times(10, "Je vois Tom.", "Avec Tom.") + ["Un tom basse."])["tom"] == "Tom"
+
+
+def test_a_compound_is_learned_whole_not_as_its_parts():
+    raw = _times(3, "Il vit aux États-Unis.", "Je vais aux États-Unis.") + ["Nous sommes unis."]
+    truecaser = Truecaser("fr", learn_forms(raw))
+    assert truecaser.forms == {"états-unis": "États-Unis"}
+    assert truecaser.natural("nous sommes unis .") == "Nous sommes unis."
+    assert truecaser.natural("j'aime les états d'âme .") == "J'aime les états d'âme."
+    assert truecaser.natural("il vit aux états-unis .") == "Il vit aux États-Unis."
+    # A compound not learned whole takes its parts' forms; other compounds stay as written.
+    jean = Truecaser("fr", {"jean": "Jean"})
+    assert jean.natural("c'est jean-luc , dit-il .") == "C'est Jean-luc, dit-il."
+
+
+def test_a_name_that_is_also_a_word_keeps_its_lowercase_contexts():
+    raw = _times(15, "Je vois Marie.", "Tom aime Marie.", "Avec Marie, oui.")
+    raw += _times(1, "Il se marie demain.", "Elle se marie.", "Je me marie.", "Tu me marie.")
+    truecaser = Truecaser("fr", learn_forms(raw))
+    assert truecaser.forms["marie"] == "Marie"  # 45 of 49 uses; after "se" and "me", lowercase
+    assert truecaser.forms["se marie"] == "marie" and truecaser.forms["me marie"] == "marie"
+    got = truecaser.natural("tom se marie avec marie .", source="Tom is marrying Mary.")
+    assert got == "Tom se marie avec Marie."
+
+
+def test_a_rare_form_seen_in_one_context_only_is_kept_there_only():
+    truecaser = Truecaser("fr", learn_forms(_times(2, "Il aide l'armée du Salut.")))
+    assert truecaser.forms == {"du salut": "Salut"}
+    assert truecaser.natural("elle a dit salut à tout le monde .") == (
+        "Elle a dit salut à tout le monde."
+    )
+    assert truecaser.natural("merci à l'armée du salut .") == "Merci à l'armée du Salut."
+
+
+@pytest.mark.parametrize(
+    ("translation", "source", "want"),
+    [
+        (
+            "marine le pen aime le chat .",
+            "Marine Le Pen likes the cat.",
+            "Marine Le Pen aime le chat.",
+        ),
+        (
+            "je lis le monde dans le train .",
+            "I read Le Monde on the train.",
+            "Je lis Le Monde dans le train.",
+        ),
+        (
+            "j'ai rencontré rose . rose aime la robe rose .",
+            "I met Rose. Rose likes the pink dress.",
+            "J'ai rencontré Rose. Rose aime la robe rose.",
+        ),
+        ("la rose est pour rose .", "The rose is for Rose.", "La rose est pour Rose."),
+        ("le chat a vu le pen .", "The cat saw Le Pen.", "Le chat a vu Le Pen."),
+        ("zoltan aime zoltan .", "Zoltan likes Zoltan.", "Zoltan aime Zoltan."),
+    ],
+)
+def test_a_source_capital_recases_the_matching_use_only(translation, source, want):
+    """The source's uses of a word inside a sentence, matched in order with the
+    translation's: a name copied into the translation, not every "le" or "rose"."""
+    assert Truecaser("fr").natural(translation, source) == want
 
 
 def test_source_forms_keep_names_and_acronyms_capitalised_inside_a_sentence():
@@ -102,7 +178,7 @@ def _lines() -> list[str]:
 
 
 def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
-    make_zip, make_cfg, tmp_path, caplog
+    make_zip, make_cfg, tmp_path, caplog, monkeypatch
 ):
     cfg = make_cfg(make_zip(tmp_path / "fra-eng.zip", _lines()))
     train = datasets.load_split_pairs(cfg, cfg.train_split)
@@ -121,6 +197,10 @@ def test_build_truecaser_learns_from_the_training_pairs_only_and_caches(
     assert build_truecaser(cfg, train, tmp_path / "cache") == truecaser
     assert Truecaser.load(cached[0]) == truecaser
     assert "cannot be read (" in caplog.text and "learning it again" in caplog.text
+    # A table an older rule learned is not served: the rule's version is in the cache's name.
+    monkeypatch.setattr(truecase_table, "RULE_VERSION", truecase_table.RULE_VERSION + 1)
+    cached[0].write_text(json.dumps({"target_lang": "fr", "forms": {"x": "X"}}))
+    assert build_truecaser(cfg, train, tmp_path / "cache") == truecaser
 
 
 def test_build_truecaser_without_the_zip_or_for_data_kept_as_written(make_zip, make_cfg, tmp_path):

@@ -19,7 +19,7 @@ from absl import logging
 
 from transformer_jax.data import config as config_lib
 from transformer_jax.data import corpus, datasets, download, locks, preprocessing
-from transformer_jax.data.truecasing import Truecaser, learn_forms
+from transformer_jax.data.truecasing import RULE_VERSION, Truecaser, learn_forms
 from transformer_jax.runtime.messages import first_line
 
 
@@ -67,7 +67,8 @@ def build_truecaser(
     """
     if not config_lib.is_book_style(cfg):
         return None
-    hasher = hashlib.sha256(f"{cfg.name}|{cfg.source_lang}|{cfg.target_lang}".encode())
+    key = f"{cfg.name}|{cfg.source_lang}|{cfg.target_lang}|rule {RULE_VERSION}"
+    hasher = hashlib.sha256(key.encode())
     for src, tgt in train_pairs:
         hasher.update(f"{src}\t{tgt}\n".encode())
     cache_dir = Path(cache_dir)
