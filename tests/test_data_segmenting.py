@@ -36,6 +36,8 @@ def words(text: str) -> int:
         # "?" or "!" closed by a quote, a word after it: the sentence goes on.
         ('tom said "go !" and left .', ['tom said "go !" and left .']),
         ("i saw it (really !) and left .", ["i saw it (really !) and left ."]),
+        # ... but a quote after it opens the next sentence (a dialogue).
+        ('"how\'s it going ?" "not too bad ."', ['"how\'s it going ?"', '"not too bad ."']),
         # A piece without a letter or digit joins its neighbour.
         (". . . hello . bye .", [". . . hello .", "bye ."]),
         (". . .", [". . ."]),

@@ -49,12 +49,13 @@ def _is_abbreviation(text: str, end: re.Match) -> bool:
     return word in ABBREVIATIONS or initial
 
 
-def _is_quoted_exclamation(end: re.Match) -> bool:
-    """Whether the end is "?" or "!" closed by a quote or bracket, with nothing after it:
-    'tom said "go !" and left .' and "i saw it (really !) and left ." go on (as
-    `truecasing` reads them: no capital after it)."""
+def _is_quoted_exclamation(text: str, end: re.Match) -> bool:
+    """Whether the end is "?" or "!" closed by a quote or bracket, then a word: 'tom said
+    "go !" and left .' and "i saw it (really !) and left ." go on (as `truecasing` reads
+    them). A quote after it opens another sentence: '"how's it going ?" "not bad ."'."""
     marks = end.group().rstrip(_CLOSERS)
-    return marks != end.group() and marks.rstrip()[-1:] in "?!"
+    after = text[end.end() :].lstrip()[:1]
+    return marks != end.group() and marks.rstrip()[-1:] in "?!" and after.isalnum()
 
 
 def cut_sentences(text: str) -> list[str]:
@@ -68,7 +69,7 @@ def cut_sentences(text: str) -> list[str]:
     """
     pieces, start = [], 0
     for end in _SENTENCE_END.finditer(text):
-        if _is_abbreviation(text, end) or _is_quoted_exclamation(end):
+        if _is_abbreviation(text, end) or _is_quoted_exclamation(text, end):
             continue
         pieces.append(text[start : end.end()].strip())
         start = end.end()
