@@ -15,7 +15,8 @@ Exit codes: 0 done; 2 a `FATAL:` line (a refused start, a fault: a NaN loss, a f
 a full disk, a damaged file; another trainer holds the workdir); 75
 (`training.preemption.EXIT_CODE`) stopped by SIGTERM or SIGINT after saving a checkpoint, one
 line "Stopped by SIGTERM: saved step N; re-run the same command to resume." (a second signal
-ends it at once: 143/130);
+ends it at once: 143/130), or by SIGTERM before or after the training loop (nothing is lost;
+during the closing report, the re-run writes it);
 130 Ctrl-C before or after the training loop (nothing is lost).
 """
 
@@ -31,6 +32,7 @@ from ml_collections import config_flags
 from transformer_jax import launch
 from transformer_jax.training import distributed
 from transformer_jax.training.config import ConfigError
+from transformer_jax.training.preemption import EXIT_CODE, sigterm_interrupts
 
 FLAGS = flags.FLAGS
 COMPILE_LOG = "compile_log.jsonl"  # in the workdir: each launch's programs and seconds
@@ -71,6 +73,22 @@ flags.DEFINE_string(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         launch.fatal(f"unexpected arguments {argv[1:]}: write flags as --name=value.")
+    # SIGTERM before or after the training loop (which saves and stops itself) unwinds as
+    # Ctrl-C does, into one line below.
+    with sigterm_interrupts() as outside:
+        try:
+            _checked_launch()
+        except KeyboardInterrupt:
+            rerun = _RERUN[_STAGE[0]]
+            if outside.received:  # as a preemption: a restart script re-runs on 75
+                print(f"Stopped by SIGTERM {_STAGE[0]}: nothing was lost{rerun}", file=sys.stderr)
+                sys.exit(EXIT_CODE)
+            print(f"Interrupted {_STAGE[0]}: nothing was lost{rerun}", file=sys.stderr)
+            sys.exit(130)
+
+
+def _checked_launch() -> None:
+    """`_launch` with the workdir checked and locked; its write failures as one line."""
     from transformer_jax.workdir import lock as workdir_lock
     from transformer_jax.workdir.directory import (
         WorkdirError,
@@ -79,27 +97,33 @@ def main(argv: list[str]) -> None:
         write_failure,
     )
 
-    try:
-        if FLAGS.print_config:
+    if FLAGS.print_config:
+        _launch()
+        return
+    try:  # before anything is built: an unusable workdir is one line, not a traceback later
+        check_workdir(FLAGS.workdir)
+    except WorkdirError as error:
+        launch.fatal(str(error))
+    try:  # before the slow imports, so that a second trainer is refused at once
+        with workdir_lock.hold(FLAGS.workdir, enabled=FLAGS.process_id == 0):
             _launch()
-            return
-        try:  # before anything is built: an unusable workdir is one line, not a traceback later
-            check_workdir(FLAGS.workdir)
-        except WorkdirError as error:
-            launch.fatal(str(error))
-        try:  # before the slow imports, so that a second trainer is refused at once
-            with workdir_lock.hold(FLAGS.workdir, enabled=FLAGS.process_id == 0):
-                _launch()
-        except (workdir_lock.WorkdirLockedError, WorkdirError) as error:  # e.g. a full disk
-            launch.fatal(str(error))
-        except OSError as error:  # a full disk met by any other write (config.json, ...)
-            if not is_disk_full(error):
-                raise
-            what = f"Writing {error.filename}" if error.filename else "Writing into the workdir"
-            launch.fatal(write_failure(error, FLAGS.workdir, what))
-    except KeyboardInterrupt:  # outside the training loop, which saves and stops itself
-        print("Interrupted outside the training loop: nothing was lost.", file=sys.stderr)
-        sys.exit(130)
+    except (workdir_lock.WorkdirLockedError, WorkdirError) as error:  # e.g. a full disk
+        launch.fatal(str(error))
+    except OSError as error:  # a full disk met by any other write (config.json, ...)
+        if not is_disk_full(error):
+            raise
+        what = f"Writing {error.filename}" if error.filename else "Writing into the workdir"
+        launch.fatal(write_failure(error, FLAGS.workdir, what))
+
+
+# Where the launcher is outside the training loop (which saves and stops on a signal itself),
+# for the line a signal there gets; and what re-running the command then does.
+_STAGE = ["outside the training loop"]
+_RERUN = {
+    "outside the training loop": "; re-run the same command to go on.",
+    "during the closing report": "; the report is not written: re-run the same command to "
+    "write it.",
+}
 
 
 def _launch() -> None:
@@ -147,6 +171,7 @@ def _launch() -> None:
 def _train_and_report(training) -> None:
     """`train_and_evaluate`, its refusals as one FATAL line, then the closing test report."""
     from transformer_jax.data import DatasetReadError, SplitError, VocabularyMismatchError
+    from transformer_jax.data.batching import DataPositionError
     from transformer_jax.data.corpus import CorruptArchiveError
     from transformer_jax.data.download import (
         ChecksumMismatchError,
@@ -156,7 +181,7 @@ def _train_and_report(training) -> None:
     from transformer_jax.evaluation.evaluators import ValidationBleu
     from transformer_jax.evaluation.report_ahead import compile_test_report
     from transformer_jax.training.finetune import InitFromError
-    from transformer_jax.training.preemption import EXIT_CODE, Preempted
+    from transformer_jax.training.preemption import Preempted
     from transformer_jax.workdir.checkpoint_saves import CheckpointSaveError
     from transformer_jax.workdir.checkpoints import (
         NoCheckpointError,
@@ -188,6 +213,7 @@ def _train_and_report(training) -> None:
         ChecksumMismatchError,  # the corpus: a download or a file that cannot be used
         ConfigMismatchError,
         CorruptArchiveError,
+        DataPositionError,  # resumed with another data setup (or device count)
         DatasetReadError,  # the built dataset: damaged, or built from another zip
         SplitError,  # a split or slice the dataset does not have
         DownloadError,
@@ -209,6 +235,7 @@ def _train_and_report(training) -> None:
             return
         from transformer_jax.evaluation.report import ReportWriteError, test_report
 
+        _STAGE[0] = "during the closing report"
         try:
             test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
         except ReportWriteError as error:  # printed, not written (a full disk): the model is saved

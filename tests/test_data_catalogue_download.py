@@ -25,7 +25,10 @@ class _Offline:
     """A builder whose source does not resolve, as `requests` reports it."""
 
     def __init__(self, cfg):
-        pass
+        self.data_path = f"{cfg.data_dir}/{cfg.name}/1.0.0"
+
+    def is_prepared(self):
+        return False
 
     def download_and_prepare(self, **kwargs):
         try:

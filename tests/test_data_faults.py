@@ -89,6 +89,19 @@ def test_damaged_info_files_are_the_damaged_build_error_and_a_rebuild_fixes_them
     assert datasets.load_split_pairs(cfg, "train") == pairs
 
 
+def test_a_build_killed_midway_leaves_nothing_behind_the_next_build(make_cfg, small_zip):
+    """TFDS removes its incomplete.* folder when a build fails, not when the process is
+    killed: each kill left one (up to a whole build's size) for good."""
+    cfg = make_cfg(small_zip)
+    parent = datasets.build_dir(cfg).parent
+    stale = parent / "incomplete.AB12CD_1.0.0"  # what a build killed with SIGKILL leaves
+    (stale / "fra_eng-train.array_record-00000-of-00001").parent.mkdir(parents=True)
+    (stale / "fra_eng-train.array_record-00000-of-00001").write_bytes(b"half")
+    assert datasets.load_split_pairs(cfg, "train")
+    assert not stale.exists() and not list(parent.glob("incomplete.*"))
+    assert datasets.build_dir(cfg).is_dir()
+
+
 def test_a_catalogue_build_whose_info_lists_no_splits_is_damaged(tmp_path):
     """Another TFDS dataset: the KeyError of a build without dataset_info.json names the
     folder too (a split the info lacks among others stays the caller's SplitError)."""

@@ -218,6 +218,29 @@ def test_packed_rows_follow_the_token_budget_and_refuse_buckets():
         batching.TrainIterator(enc, global_batch=4, packing=True, bucket_boundaries=(8, 12))
 
 
+def test_a_position_is_refused_where_another_device_count_makes_other_batches():
+    """With a token budget, rows are rounded down to a multiple of the devices: 8 rows on 1,
+    2 or 4 devices, 6 on 3. A run resumed on 3 would read another plan from its position;
+    on 2 the same batches (the position is taken)."""
+    enc = _encoded(n=203)
+    make = lambda devices: batching.TrainIterator(
+        enc, global_batch=12, packing=True, batch_tokens=100, row_multiple=devices
+    )
+    state = make(1).get_state()
+    assert state["batch_rows"] == [8] and state["shards"] == 1
+    with pytest.raises(batching.DataPositionError, match=r"held 8 rows, made on 1 device \("):
+        make(3).set_state(state)
+    with pytest.raises(
+        batching.DataPositionError, match=r"on 3 they would hold 6 .* Resume on 1 device,"
+    ):
+        make(3).set_state(state)
+    resumed = make(2)
+    resumed.set_state({**state, "position": 2})
+    assert resumed.get_state()["position"] == 2
+    older = {k: v for k, v in state.items() if k not in ("batch_rows", "shards")}
+    resumed.set_state(older)  # saved before the rows were recorded: taken as before
+
+
 def _ids_of(lengths, token, width=8):
     """Rows of `token` repeated to each length (then padding): (N, width)."""
     return np.where(np.arange(width) < np.asarray(lengths)[:, None], token, PAD_ID).astype(np.int32)

@@ -174,3 +174,54 @@ def test_sigterm_and_sigint_save_and_the_same_command_resumes_bitwise(tmp_path):
     np.testing.assert_array_equal(flat_params(workdir), flat_params(tmp_path / "reference"))
     trained = [r["step"] for r in history.read_metrics(workdir) if r["split"] == "train"]
     assert trained == list(range(1, STEPS + 1))  # each step logged once
+
+
+def test_sigterm_outside_the_loop_is_a_recorded_interrupt_and_the_handler_comes_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with preemption.sigterm_interrupts() as outside:
+            assert outside.received is None
+            os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler next: it raises
+            time.sleep(5)  # not reached
+    assert outside.received == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
+def test_sigterm_during_the_closing_report_is_one_line_and_exit_75(tmp_path):
+    """Killed with SIGTERM's default action, the launcher ended with 143 and no word; the
+    model is saved, so it is a preemption: one line, exit 75, and the re-run writes the
+    report."""
+    workdir = tmp_path / "run"
+    subprocess.run(tiny_command(workdir, 4), cwd=REPO, env=subprocess_env(), check=True,
+                   capture_output=True)  # fmt: skip
+    report = (*tiny_command(workdir, 4), "--config.eval.num_test_examples=32")
+    process = subprocess.Popen(
+        report, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "Final validation" in line:  # the report comes next: decoders to compile
+                break
+        process.send_signal(signal.SIGTERM)
+        lines.append(process.stdout.read())
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    output = "".join(lines)
+    assert process.returncode == preemption.EXIT_CODE, output[-3000:]
+    # Most often in the report, else in the moment between the loop's end and it.
+    assert output.strip().splitlines()[-1] in (
+        "Stopped by SIGTERM during the closing report: nothing was lost; the report is not "
+        "written: re-run the same command to write it.",
+        "Stopped by SIGTERM outside the training loop: nothing was lost; re-run the same "
+        "command to go on.",
+    ), output[-3000:]
+    assert not (workdir / "eval_report.md").exists()
+    again = subprocess.run(report, cwd=REPO, env=subprocess_env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (workdir / "eval_report.md").is_file()

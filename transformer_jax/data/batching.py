@@ -49,6 +49,10 @@ _STATE_KEYS = (
 )
 
 
+class DataPositionError(ValueError):
+    """A checkpoint's data position was saved by another data setup (`set_state`)."""
+
+
 def _check_layout(global_batch: int, row_multiple: int, process_index: int, process_count: int):
     """Rows per process of a `global_batch`, checked: every process gets the same number, a
     multiple of `row_multiple`."""
@@ -372,16 +376,38 @@ class TrainIterator:
             "drop_remainder": self._drop_remainder,
             "batch_tokens": self._batch_tokens,
             "packing": self._packing,
+            # With a token budget the rows of a batch are rounded to a multiple of the devices
+            # (`packed_rows`, `bucket_rows`): another device count can be another plan.
+            "batch_rows": self._token_batch_rows(),
+            "shards": self._shards,
         }
+
+    def _token_batch_rows(self) -> list[int] | None:
+        """Global rows of each kind of batch a token budget makes (None without one)."""
+        if not self._batch_tokens:
+            return None
+        if self._packing or self._boundaries is None:
+            return [self.packed_rows]
+        return [self.bucket_rows(b) for b in range(len(self._boundaries))]
 
     def set_state(self, state: dict) -> None:
         """Restores `get_state()`; refuses a state from a different data setup."""
         mine = self.get_state()
         # States saved before the option existed always dropped the remainder.
         state = {"drop_remainder": True, "batch_tokens": 0, "packing": False, **state}
+        rows = state.get("batch_rows", mine["batch_rows"])  # not saved before it existed
+        if rows != mine["batch_rows"]:
+            raise DataPositionError(
+                f"this run's batches held {_rows_text(rows)} rows, made on "
+                f"{_devices_text(state.get('shards'))} (processes x local devices); on "
+                f"{self._shards} they would hold {_rows_text(mine['batch_rows'])} (the rows "
+                f"that fit data.batch_tokens={self._batch_tokens}, rounded down to a multiple "
+                "of the devices), which is another order of training pairs. Resume on "
+                f"{_devices_text(state.get('shards'))}, or start a fresh workdir."
+            )
         for key in _STATE_KEYS:
             if state.get(key) != mine[key]:
-                raise ValueError(
+                raise DataPositionError(
                     f"iterator state was saved with {key}={state.get(key)!r} but this pipeline "
                     f"has {key}={mine[key]!r}; resume with the data config of the checkpointed "
                     "run (or start a fresh run)."
@@ -395,6 +421,16 @@ class TrainIterator:
     @property
     def epoch(self) -> int:
         return self._epoch
+
+
+def _devices_text(count: int | None) -> str:
+    """ "1 device", "3 devices"; "as many devices" when the state did not say."""
+    return "as many devices" if count is None else f"{count} device{'' if count == 1 else 's'}"
+
+
+def _rows_text(rows: list[int] | None) -> str:
+    """A batch-rows list as the error names it: "32", or "48/32/16" per bucket."""
+    return "/".join(map(str, rows)) if rows else "?"
 
 
 def eval_batches(

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import functools
 import json
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -161,6 +162,8 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
         if cfg.name == config_lib.FRA_ENG and cfg.zip_path and not builder.is_prepared():
             # A given zip that is not there: named before TFDS starts a build.
             download.check_zip_path(cfg.zip_path, download_manual_dir(cfg), cfg.url)
+        if not builder.is_prepared():
+            _remove_stale_builds(Path(str(builder.data_path)).parent)
         # A no-op when the dataset is already in data_dir.
         try:
             builder.download_and_prepare(
@@ -179,6 +182,17 @@ def prepared_builder(cfg: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
         if cfg.name == config_lib.FRA_ENG:
             _check_complete(builder, cfg)
     return builder
+
+
+def _remove_stale_builds(folder: Path) -> None:
+    """Removes the `incomplete.*` folders of earlier builds in `folder` (called under the
+    build lock, so no build is writing them). TFDS removes its half-written build when the
+    build fails with an exception, not when the process is killed: each killed build left
+    one behind for good, up to the size of a whole build."""
+    for stale in sorted(folder.glob("incomplete.*")):
+        if stale.is_dir():
+            logging.info("Removing %s, left by a build that was stopped.", stale)
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def build_dir(cfg: ml_collections.ConfigDict) -> Path:
@@ -243,7 +257,8 @@ def _unwritable(
     TFDS re-raises a failed write with its own prefix (`Failed to finalize writing of split
     ...`), as a RuntimeError or an OSError without errno, raised from the original error:
     the chain of causes is looked at.
-    TFDS removes the half-written build itself (its `incomplete.*` folder)."""
+    TFDS removes the half-written build itself (its `incomplete.*` folder) when it fails;
+    one a killed build left is removed by the next build (`_remove_stale_builds`)."""
     chain = list(_chain(error))
     codes = {e.errno for e in chain if isinstance(e, OSError)}
     text = " ".join(str(e) for e in chain)

@@ -20,9 +20,12 @@ library caller (a test, a notebook) keeps its own.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from absl import logging
@@ -103,3 +106,40 @@ class StopSignals:
         if not np.any(flags):
             return None
         return self.received or "a signal to another process"
+
+
+@dataclasses.dataclass
+class Outside:
+    """What `sigterm_interrupts` saw: `received` is "SIGTERM" once one came."""
+
+    received: str | None = None
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[Outside]:
+    """Inside the block, SIGTERM is a KeyboardInterrupt, recorded (main thread only).
+
+    Outside the training loop (building data, the final validation, the closing report)
+    nothing is left to save, but SIGTERM's default action ended the launcher with exit 143
+    and no word. As a KeyboardInterrupt it unwinds as Ctrl-C does, and a launcher tells the
+    two apart by `Outside.received`. Not an exception of its own: raised while the main
+    thread runs a garbage-collector callback, any exception is dropped by Python, and only a
+    KeyboardInterrupt is delivered again (`runtime.interrupts`). The loop's own handlers
+    (`StopSignals`) take over while it runs and give this one back. A second SIGTERM gets
+    the default action again: it acts at once.
+    """
+    outside = Outside()
+    if threading.current_thread() is not threading.main_thread():
+        yield outside
+        return
+
+    def handle(signum: int, frame: Any) -> None:
+        outside.received = signal.Signals(signum).name
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield outside
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

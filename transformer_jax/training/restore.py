@@ -69,6 +69,16 @@ def restore_or_init(
             state, data_state, saved = restored
             ckpt.check_vocabulary_meta(saved, *tokenizers)
             train_iter.set_state(data_state)
+            saved_shards, shards = data_state.get("shards"), train_iter.get_state()["shards"]
+            if saved_shards is not None and saved_shards != shards:
+                log(
+                    "Resuming on %d devices where the run trained on %d: the same batches, "
+                    "but sums over devices in another order, so not bit-identical to a run "
+                    "that stays on %d.",
+                    shards,
+                    saved_shards,
+                    saved_shards,
+                )
             meta.update({k: saved[k] for k in finetune.PROVENANCE_KEYS if k in saved})
             dropped = history.truncate_metrics(workdir, int(state.step)) if is_main else 0
             log(
