@@ -13,6 +13,10 @@ get the operating system's default action back, which acts even while Python is 
 long call (an XLA compile, a device step) where no Python handler can run. (In a notebook,
 a second interrupt therefore restarts the kernel.)
 
+Before and after the loop (building data, the final validation, the closing report) there
+is nothing to save: the train launcher holds `sigterm_interrupts`, so SIGTERM there unwinds
+as Ctrl-C does and ends in one line, not silently with exit 143.
+
 Only the main thread can install signal handlers: a run started from another thread logs
 one line and trains without them. The previous handlers come back when the run ends, so a
 library caller (a test, a notebook) keeps its own.
