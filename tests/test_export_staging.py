@@ -42,6 +42,22 @@ def test_staged_dir_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["model"]
 
 
+def test_an_output_dir_that_cannot_be_written_is_named_before_anything_is_staged(tmp_path):
+    """It was the OS's error about the staging's hidden folder ('[Errno 30] Read-only file
+    system: /x/.ct2.partial-7bundxs_'), raised once the export had been built."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    out = blocker / "exports" / "model"  # its nearest existing parent is a file
+    with pytest.raises(ValueError) as error:
+        with staged_dir(out):
+            raise AssertionError("not reached: checked first")
+    assert str(error.value) == (
+        f"--output_dir={out} cannot be written ({blocker}: Not a directory): choose another "
+        "--output_dir."
+    )
+    assert blocker.read_text() == "not a directory"
+
+
 def test_a_failed_ctranslate2_export_leaves_nothing_and_the_rerun_works(tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     from transformer_jax.export import convert

@@ -133,3 +133,31 @@ def test_the_launcher_refuses_a_locked_workdir_in_one_line(tmp_path):
     assert len(fatal) == 1 and f"PID {holder.pid}" in fatal[0], result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "Data:" not in result.stderr
     print(f"a second trainer's command was refused in {elapsed:.1f} s (process start included)")
+
+
+def test_readers_of_a_workdir_whose_trainer_has_not_saved_yet_are_told_to_wait(tmp_path):
+    """A trainer's first seconds: the workdir holds its lock (then config.json) and no
+    checkpoint. Readers said the run had lost its config.json, or to re-run the command
+    that made it (which would meet the lock); now: it is being trained, wait."""
+    from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config, load_run
+
+    workdir = tmp_path / "run"
+    holder = _holder(workdir)
+    wait = "and has no checkpoint yet: wait for its first save"
+    try:
+        (workdir / "checkpoints").mkdir()  # created before config.json is written
+        with pytest.raises(NoCheckpointError, match=wait) as error:
+            load_config(workdir)
+        assert f"{workdir} is being trained (PID {holder.pid} on host" in str(error.value)
+        (workdir / "checkpoints").rmdir()
+        (workdir / "config.json").write_text(json.dumps({"model": {}, "data": {}}))
+        with pytest.raises(NoCheckpointError, match=wait):
+            load_run(workdir)  # config.json written, no checkpoint yet
+        assert workdir_lock.trainer_in(workdir).startswith(f"PID {holder.pid} ")
+    finally:
+        holder.kill()
+        holder.wait()
+    # Killed with -9, its file stays, naming a dead PID: the usual message again.
+    assert workdir_lock.trainer_in(workdir) is None
+    with pytest.raises(NoCheckpointError, match="Train one by re-running the command"):
+        load_run(workdir)

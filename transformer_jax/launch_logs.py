@@ -16,6 +16,9 @@ import logging
 _READ_ONLY_NOTICES = (
     "CheckpointManagerOptions.read_only=True",
     "Given directory is read only",
+    # A checkpoint a live trainer rotated away while a reader listed it: our readers go on
+    # to the next one (`checkpoints.list_steps`), and report a damaged one themselves.
+    "Metadata file does not exist",
 )
 # JAX's INFO record of each backend plugin it tries and does not find (xla_bridge.py).
 _BACKEND_PROBE = "Unable to initialize backend"

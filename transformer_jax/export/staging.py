@@ -24,6 +24,7 @@ from pathlib import Path
 
 from transformer_jax.export.manifest import MANIFEST
 from transformer_jax.workdir.checkpoints import CHECKPOINT_DIR, CONFIG_FILE
+from transformer_jax.workdir.directory import write_problem
 
 _ONLY = "--force replaces only an earlier export (a directory with export.json) or an empty one"
 
@@ -101,6 +102,21 @@ def _directory_mode() -> int:
     return 0o777 & ~umask
 
 
+def check_writable_parent(output_dir: Path) -> None:
+    """A ValueError naming --output_dir and the OS's reason unless the export can be made
+    beside it (in its nearest existing parent): checked before anything is exported, and
+    without it the error named the hidden `.partial` folder of the staging."""
+    parent = output_dir.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    problem = write_problem(parent)
+    if problem:
+        raise ValueError(
+            f"--output_dir={output_dir} cannot be written ({parent}: {problem}): choose "
+            "another --output_dir."
+        )
+
+
 @contextlib.contextmanager
 def staged_dir(
     output_dir: str | Path, *, force: bool = False, workdir: str | Path | None = None
@@ -109,6 +125,7 @@ def staged_dir(
     without an error (an existing `output_dir` is then replaced, with `force`, if
     `check_new` allows), removed when it raises."""
     output_dir = check_new(output_dir, force, workdir)
+    check_writable_parent(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:

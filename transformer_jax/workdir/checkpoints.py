@@ -39,6 +39,7 @@ from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.nn import ModelConfig
 from transformer_jax.runtime.commands import shell_path, train_command
 from transformer_jax.workdir.config_renames import upgrade_saved
+from transformer_jax.workdir.lock import trainer_in
 from transformer_jax.workdir.read_noise import quiet_failed_reads
 from transformer_jax.workdir.state_checks import (
     DIGEST_KEY,
@@ -83,6 +84,8 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
     """`<workdir>/config.json`, renamed keys and values under today's names (config_renames)."""
     path = Path(workdir) / CONFIG_FILE
     if not path.is_file():
+        if training := _training_now(workdir):
+            raise NoCheckpointError(training)
         if (Path(workdir) / CHECKPOINT_DIR).is_dir():  # a run that lost its config
             raise NoCheckpointError(
                 f"{path} not found: {workdir} has checkpoints but no {CONFIG_FILE}, which "
@@ -375,7 +378,21 @@ def load_run(workdir: str | Path) -> tuple[ml_collections.ConfigDict, Any, Any, 
     return config, src_tokenizer, tgt_tokenizer, model_config
 
 
+def _training_now(workdir: str | Path) -> str | None:
+    """The message for a workdir with nothing to read yet because a trainer is starting in
+    it (`lock.trainer_in`), else None: re-running its command would only meet the lock."""
+    holder = trainer_in(workdir)
+    if holder is None:
+        return None
+    return (
+        f"{workdir} is being trained ({holder}) and has no checkpoint yet: wait for its "
+        "first save (config.checkpoint_every_steps), then run this again."
+    )
+
+
 def _no_checkpoint_message(checkpoint_dir: Path, workdir: Path) -> str:
+    if training := _training_now(workdir):
+        return training
     # The run's own config (any file, variant and overrides) is in its config.json: the
     # command that made it trains one; a shipped config's command would train another model.
     return (

@@ -118,6 +118,32 @@ def _acquire(path: Path, workdir: Path) -> int:
     )
 
 
+def trainer_in(workdir: str | Path) -> str | None:
+    """Who trains in `workdir` now, as the lock file names it ("PID 123 on host h, started
+    ..."), else None. For readers' messages: it only reads the file (taking the flock, even
+    shared, could refuse a trainer starting at that moment) and asks the kernel whether the
+    PID lives; a holder on another host is taken at its word."""
+    try:
+        handle = os.open(Path(workdir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        holder = _read(handle)
+    finally:
+        os.close(handle)
+    pid = holder.get("pid")
+    if not holder:
+        return _describe(holder)  # locked, its name not written yet: just starting
+    if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None  # a holder killed with -9 left the file
+        except PermissionError:
+            pass  # alive, another user's
+    return _describe(holder)
+
+
 def _read(handle: int) -> dict:
     try:
         os.lseek(handle, 0, os.SEEK_SET)
