@@ -151,6 +151,9 @@ def last_readable(
                     except StateShapeError:
                         raise
                     except Exception as error:  # orbax raises many types for a damaged directory
+                        # Its abandoned reads echo later, a rotated checkpoint's too (a reader
+                        # racing a run logged "Task exception was never retrieved" after this).
+                        failed = True
                         if _rotated(manager, step, newest=available[-1]):
                             logging.info(
                                 "Checkpoint %s changed while it was read (the run is saving "
@@ -159,7 +162,6 @@ def last_readable(
                             )
                             rotated = True
                             break
-                        failed = True
                         logging.error(
                             "Checkpoint %s is corrupt or unusable (%s: %s); left in place; trying "
                             "the previous one.",
@@ -176,7 +178,7 @@ def last_readable(
                 ):
                     break
         finally:
-            if failed:  # late echoes of the reads orbax abandoned
+            if failed:  # late echoes of the reads orbax abandoned, while still silenced
                 quiet.drain(quiet_for=0.5, limit=5.0)
     up_to = f" up to step {end_step}" if end_step is not None else ""
     steps = sorted(s for s, _ in found)
