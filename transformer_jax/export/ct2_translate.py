@@ -55,7 +55,7 @@ from transformer_jax.export.ct2_search import (
 )
 from transformer_jax.export.extras import import_extra
 from transformer_jax.export.manifest import MANIFEST, check_digests, damaged
-from transformer_jax.inference.joined_nbest import best_combinations
+from transformer_jax.inference.joined_nbest import joined_hypotheses
 from transformer_jax.inference.notes import output_notes, source_notes
 from transformer_jax.inference.settings import check_segment_len
 from transformer_jax.inference.source_ids import EncodedSources, encode_sources
@@ -386,11 +386,5 @@ def _per_input(count, owner, row_nbest, decode) -> list[Hypotheses]:
             log_probs = tuple(lp for _, lp, _ in parts[0])
             out.append(Hypotheses(texts, log_probs, tuple(sc for _, _, sc in parts[0])))
         else:
-            n = max(len(hyps) for hyps in parts)
-            joined = best_combinations([[sc for _, _, sc in hyps] for hyps in parts], n)
-            chosen = [[hyps[j] for hyps, j in zip(parts, c, strict=True)] for c in joined]
-            texts = tuple(join_translations([decode(t) for t, _, _ in c]) for c in chosen)
-            log_probs = tuple(float(sum(lp for _, lp, _ in c)) for c in chosen)
-            scores = tuple(float(sum(sc for _, _, sc in c)) for c in chosen)
-            out.append(Hypotheses(texts, log_probs, scores))
+            out.append(joined_hypotheses([[(decode(t), lp, sc) for t, lp, sc in h] for h in parts]))
     return out

@@ -16,6 +16,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from transformer_jax.data.segmenting import join_translations
+from transformer_jax.decoding.options import Hypotheses
+
 
 def best_combinations(scores: Sequence[Sequence[float]], n: int) -> list[tuple[int, ...]]:
     """The `n` choices of one hypothesis per part with the highest summed score, best first.
@@ -42,3 +45,17 @@ def best_combinations(scores: Sequence[Sequence[float]], n: int) -> list[tuple[i
                     seen.add(after)
                     heapq.heappush(frontier, (-total(after), after))
     return out
+
+
+def joined_hypotheses(parts: Sequence[Sequence[tuple[str, float, float]]]) -> Hypotheses:
+    """An input's `Hypotheses` from its parts' n-bests, each a list of (text, log P, score)
+    best first: the `best_combinations` (as many as the longest list), texts joined
+    (`join_translations`), log P and scores summed. Both engines call it."""
+    n = max(len(hyps) for hyps in parts)
+    choices = best_combinations([[score for _, _, score in hyps] for hyps in parts], n)
+    chosen = [[hyps[j] for hyps, j in zip(parts, c, strict=True)] for c in choices]
+    return Hypotheses(
+        tuple(join_translations([text for text, _, _ in c]) for c in chosen),
+        tuple(float(sum(log_prob for _, log_prob, _ in c)) for c in chosen),
+        tuple(float(sum(score for _, _, score in c)) for c in chosen),
+    )

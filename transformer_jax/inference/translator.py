@@ -35,7 +35,7 @@ from transformer_jax.decoding.batch_decode import Hypothesis, decode_ids, decode
 from transformer_jax.decoding.defaults import OPTION_DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
-from transformer_jax.inference.joined_nbest import best_combinations
+from transformer_jax.inference.joined_nbest import joined_hypotheses
 from transformer_jax.inference.notes import cut_note
 from transformer_jax.inference.run_specs import split_checkpoint, split_workdirs
 from transformer_jax.inference.settings import decode_settings
@@ -392,14 +392,13 @@ class Translator:
                 texts = tuple(self.tgt_tokenizer.decode(h.ids) for h in hyps)
                 log_probs = tuple(h.log_prob for h in hyps)
                 out.append(Hypotheses(texts, log_probs, tuple(h.score for h in hyps)))
-            else:  # the parts' best combinations (`joined_nbest`)
-                n = max(len(hyps) for hyps in parts)
-                joined = best_combinations([[h.score for h in hyps] for hyps in parts], n)
-                chosen = [[hyps[j] for hyps, j in zip(parts, c, strict=True)] for c in joined]
+            else:  # the parts' best combinations
                 decode = self.tgt_tokenizer.decode
-                texts = tuple(join_translations([decode(h.ids) for h in c]) for c in chosen)
-                log_probs = tuple(float(sum(h.log_prob for h in c)) for c in chosen)
-                out.append(Hypotheses(texts, log_probs, tuple(_summed_scores(chosen))))
+                out.append(
+                    joined_hypotheses(
+                        [[(decode(h.ids), h.log_prob, h.score) for h in hyps] for hyps in parts]
+                    )
+                )
         return out
 
     def attention_maps(
@@ -461,11 +460,6 @@ def load_translator(workdir: str | Path, step: int | None = None, average_last: 
             "checkpoint as workdir@STEP."
         )
     return Translator.from_workdirs(specs, average_last)
-
-
-def _summed_scores(chosen: list[list[Hypothesis]]) -> list[float]:
-    """Each combination's score: its parts' scores summed (what `best_combinations` ranks)."""
-    return [float(sum(h.score for h in combination)) for combination in chosen]
 
 
 def _unpadded(ids: list[int]) -> list[int]:
