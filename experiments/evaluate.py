@@ -16,7 +16,9 @@ data problem (the corpus missing, the dataset damaged, a full disk) is one `FATA
 
 from __future__ import annotations
 
+import functools
 import sys
+from pathlib import Path
 
 from absl import app, flags
 
@@ -39,6 +41,17 @@ flags.DEFINE_string(
     None,
     "Where to write the report; default the run's workdir (give one for a read-only run).",
 )
+flags.DEFINE_string(
+    "data_dir",
+    None,
+    "Where this machine keeps (or builds) the dataset; default the run's data.data_dir (give "
+    "one for a run copied from another machine, or whose data directory is read-only).",
+)
+flags.DEFINE_string(
+    "zip_path", None, "The corpus zip on this machine; default the run's data.zip_path."
+)
+# The data's messages name the training launcher's flags; here they are these.
+_FLAG_NAMES = {"--config.data.data_dir": "--data_dir", "--config.data.zip_path": "--zip_path"}
 
 
 def main(argv: list[str]) -> None:
@@ -46,12 +59,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from transformer_jax.data.download import DownloadError, ZipNotFoundError
-    from transformer_jax.evaluation.report import (
-        ReportWriteError,
-        evaluate_workdir,
-        report_name,
-        report_paths,
-    )
+    from transformer_jax.evaluation.report import ReportWriteError, evaluate_workdir, report_name
     from transformer_jax.evaluation.report_text import format_report
     from transformer_jax.evaluation.translate_cli import first_workdir
     from transformer_jax.runtime import configure_process, cpu_devices
@@ -64,16 +72,18 @@ def main(argv: list[str]) -> None:
         cpu_devices.apply(FLAGS.cpu_devices)
         settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         split = FLAGS.split or load_config(run).data.test_split
-        name = report_name(split, FLAGS.num_examples, **settings)
-        evaluate_workdir(
+        report = evaluate_workdir(
             FLAGS.workdir,
             split=split,
             **settings,
             batch_size=FLAGS.batch_size,
             num_examples=FLAGS.num_examples,
             num_samples=FLAGS.num_samples,
-            name=name,
+            # Named after the pairs scored: more than the split holds is the whole split.
+            name=functools.partial(report_name, split, **settings),
             report_dir=FLAGS.report_dir,
+            data_dir=FLAGS.data_dir,
+            zip_path=FLAGS.zip_path,
         )
     except ReportWriteError as error:  # scored, not written (a full disk): shown, not lost
         print(format_report(error.report))
@@ -82,10 +92,16 @@ def main(argv: list[str]) -> None:
         # One line as train gives it: the data's errors are ValueErrors (a damaged build, a
         # bad split, a corrupt or too small corpus, a full disk while building) or, for a
         # corpus that cannot be found or fetched, DownloadError and ZipNotFoundError.
-        launch.fatal(str(error))
-    json_path, md_path = report_paths(FLAGS.report_dir or run, name)
-    print(md_path.read_text())
+        launch.fatal(_with_our_flags(str(error)))
+    json_path, md_path = report["files"]
+    print(Path(md_path).read_text())
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
+
+
+def _with_our_flags(message: str) -> str:
+    for theirs, ours in _FLAG_NAMES.items():
+        message = message.replace(theirs, ours)
+    return message
 
 
 def run() -> None:

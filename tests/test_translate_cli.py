@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import shutil
@@ -14,6 +15,7 @@ import pytest
 from configs import fra_eng
 from tests.helpers import REPO, subprocess_env, without_cut_notes
 from transformer_jax.data.config import SHARED_ZIP
+from transformer_jax.data.download import ZipNotFoundError
 from transformer_jax.data.text_form import clean_text
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.evaluation import (
@@ -185,6 +187,51 @@ def test_a_report_that_cannot_be_written_fails_before_decoding(workdir, tmp_path
     evaluate_workdir(workdir, num_examples=4, num_samples=0, name="x", report_dir=tmp_path / "r")
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["x.json", "x.md"]
     assert sorted(p.name for p in workdir.iterdir()) == before
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_a_report_is_named_after_the_pairs_it_scored(workdir, tmp_path):
+    """Asking for more pairs than the split holds scores the whole split, and the report is
+    the whole split's (it was named _n50); its JSON and Markdown are written together."""
+    name = functools.partial(report_name, "test[:8]", beam_size=2)
+    whole = evaluate_workdir(workdir, split="test[:8]", num_examples=50, num_samples=0,
+                             beam_size=2, name=name, report_dir=tmp_path)  # fmt: skip
+    part = evaluate_workdir(workdir, split="test[:8]", num_examples=4, num_samples=0,
+                            beam_size=2, name=name, report_dir=tmp_path)  # fmt: skip
+    assert whole["files"] == [str(p) for p in report_paths(tmp_path, "eval_test-8_beam_size-2")]
+    assert part["files"] == [str(p) for p in report_paths(tmp_path, "eval_test-8_n4_beam_size-2")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "eval_test-8_beam_size-2.json", "eval_test-8_beam_size-2.md",
+        "eval_test-8_n4_beam_size-2.json", "eval_test-8_n4_beam_size-2.md",
+    ]  # fmt: skip
+    assert json.loads(Path(whole["files"][0]).read_text())["num_sentences"] == 8
+
+
+@pytest.mark.slow  # trains for real (a few steps)
+@needs_corpus
+def test_evaluate_reads_the_data_where_this_machine_keeps_it(workdir, tmp_path):
+    """A run copied from another machine names its data directory and corpus there: the
+    error names the flags that say where they are here, and --data_dir reads this machine's
+    build."""
+    moved = tmp_path / "copied_run"
+    shutil.copytree(workdir, moved)
+    config = json.loads((moved / "config.json").read_text())
+    here = config["data"]["data_dir"]
+    config["data"].update(data_dir=str(tmp_path / "alice" / "tfds"), url="",
+                          zip_path=str(tmp_path / "alice" / "fra-eng.zip"))  # fmt: skip
+    (moved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ZipNotFoundError, match=r"--config.data.zip_path"):
+        evaluate_workdir(moved, split="test[:8]", write=False)
+    report = evaluate_workdir(moved, split="test[:8]", num_samples=0, write=False, data_dir=here)
+    assert report["num_sentences"] == 8
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.evaluate", f"--workdir={moved}", "--split=test[:8]",
+         f"--report_dir={tmp_path / 'reports'}"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and "--zip_path" in result.stderr, result.stderr[-2000:]
+    assert "--config.data" not in result.stderr
 
 
 @pytest.mark.slow  # trains for real (a few steps)

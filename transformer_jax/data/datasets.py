@@ -266,14 +266,15 @@ def _unwritable(
         return DatasetReadError(
             f"building the {cfg.name} dataset in data.data_dir={cfg.data_dir} failed: the disk "
             f"is full ({first_line(error)}). Free space there, or point data.data_dir at a disk "
-            "with room, and run again (the partial build was removed)."
+            "with room (--config.data.data_dir=DIR), and run again (the partial build was "
+            "removed)."
         )
     if codes & set(locks.READ_ONLY_ERRNOS):
         return DatasetReadError(
             f"data.data_dir={cfg.data_dir} cannot be written ({first_line(error)}) and "
             f"holds no {cfg.name} build for this config ({builder.data_path}): point "
-            "data.data_dir at a writable directory, or build the dataset there once "
-            "where it can be written."
+            "data.data_dir at a writable directory (--config.data.data_dir=DIR), or build "
+            "the dataset there once where it can be written."
         )
     return None
 
@@ -321,7 +322,8 @@ def _check_same_zip(builder: fra_eng.FraEng, cfg: ml_collections.ConfigDict) -> 
         raise DatasetReadError(
             f"the fra_eng dataset in {builder.data_path} was built from a zip with sha256 "
             f"{built_from}, but data.zip_path={cfg.zip_path} has sha256 {current}. Delete "
-            f"{builder.data_path} to rebuild, or use another data.data_dir."
+            f"{builder.data_path} to rebuild, or use another data.data_dir "
+            "(--config.data.data_dir=DIR)."
         )
 
 

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 
 from transformer_jax.data import datasets, load_split_pairs, spread_subset
 from transformer_jax.data.batching import eval_batches
+from transformer_jax.data.config import resolve_paths
 from transformer_jax.data.encoding import encode_pairs
 from transformer_jax.evaluation.bleu import (
     BOOTSTRAP_RESAMPLES,
@@ -155,8 +157,10 @@ def evaluate_workdir(
     num_examples: int = 0,
     num_samples: int = 10,
     write: bool = True,
-    name: str | None = None,
+    name: str | Callable[[int], str] | None = None,
     report_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    zip_path: str | Path | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Translate the pairs of `split` of a run's data and score them.
@@ -170,9 +174,14 @@ def evaluate_workdir(
     Writes the run's report, `eval_report.json`, `eval_report.md` and `training_curves.png`
     (from metrics.jsonl), into the workdir unless `write=False`; with a `name` (e.g.
     `report_name(...)`) `<name>.json` and `<name>.md` instead, and no curves, so that an
-    evaluation with other settings leaves the run's own report. `report_dir`: where to write
-    instead of the workdir (a run on a read-only disk); checked before anything is decoded.
-    Returns the report dict.
+    evaluation with other settings leaves the run's own report. `name` may be a function of
+    the pairs scored (0 = the whole split, also when `num_examples` asks for more than it
+    holds), e.g. `functools.partial(report_name, split, **settings)`. `report_dir`: where to
+    write instead of the workdir (a run on a read-only disk); checked before anything is
+    decoded. `data_dir`, `zip_path`: where this machine keeps the built dataset and the corpus,
+    instead of the run's `data.data_dir` and `data.zip_path` (a run copied from another
+    machine, or whose data directory became read-only). Returns the report dict, with the
+    written files under "files" (not in the JSON).
     `workdir` may name an ensemble (comma-separated workdirs, each `dir` or `dir@STEP`:
     `inference.load_translator`; the report goes to the first). `options`: `DecodeOptions`
     fields (nbest, temperature, top_k, top_p, seed, prefix; None = the default); the best
@@ -182,6 +191,11 @@ def evaluate_workdir(
     workdir = Path(split_checkpoint(runs[0])[0])
     out_dir = Path(report_dir) if report_dir else workdir
     config = load_config(workdir)  # the split is checked before the parameters are read
+    given = {"data_dir": data_dir, "zip_path": zip_path}
+    if any(value is not None for value in given.values()):  # this machine's places
+        places = ml_collections.ConfigDict({k: str(v or "") for k, v in given.items()})
+        resolve_paths(places)  # absolute, ~ expanded, as the run recorded its own
+        config.data.update({k: places[k] for k, v in given.items() if v is not None})
     if write:
         check_writable(out_dir)  # before the decoding, not after it
     split = check_split(split or config.data.test_split, split_names(config), config.data.name)
@@ -213,21 +227,29 @@ def evaluate_workdir(
         ),
     }
     if write:
-        write_report(report, workdir, out_dir, name)
+        if callable(name):
+            name = name(len(pairs) if len(pairs) < total else 0)
+        report["files"] = [str(path) for path in write_report(report, workdir, out_dir, name)]
     return report
 
 
 def write_report(
     report: dict[str, Any], workdir: Path, out_dir: Path, name: str | None = None
-) -> None:
+) -> tuple[Path, Path]:
     """Writes the report's JSON and Markdown into `out_dir` (`report_paths`), and the run's
-    training curves unless `name` is given. Each file is whole or not there: it is written
-    beside its place and renamed into it. A write that fails (a full disk) is a
-    `ReportWriteError` naming `out_dir` and the fix."""
+    training curves unless `name` is given; returns the (JSON, Markdown) paths. The two are
+    written beside their places, then both renamed into them: a failed write (a full disk)
+    leaves the old pair, never a truncated file or a JSON of one evaluation beside the
+    Markdown of another. A write that fails is a `ReportWriteError` naming `out_dir` and the
+    fix."""
     json_path, md_path = report_paths(out_dir, name)
     try:
-        _write_atomically(json_path, json.dumps(report, indent=2, ensure_ascii=False))
-        _write_atomically(md_path, format_report(report))
+        _write_together(
+            {
+                json_path: json.dumps(report, indent=2, ensure_ascii=False),
+                md_path: format_report(report),
+            }
+        )
         metrics = workdir / METRICS_FILE
         if name is None and metrics.is_file():
             temporary = out_dir / f".tmp.{CURVES_PNG}"  # ends in .png: matplotlib's format
@@ -246,17 +268,22 @@ def write_report(
             "(evaluate: --report_dir=DIR), and run again.",
             report,
         ) from error
+    return json_path, md_path
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """`path.write_text(text)` through a temporary file renamed over it: a failed write (a
-    full disk) leaves the old file, or none, never a truncated one."""
-    temporary = path.with_name(f".{path.name}.tmp")
+def _write_together(texts: dict[Path, str]) -> None:
+    """Each `path.write_text(text)` through a temporary file beside it; the renames come
+    after every temporary is whole, so a failed write (a full disk) leaves the old files, or
+    none, never a truncated one, nor a new one beside an old one."""
+    temporaries = {path: path.with_name(f".{path.name}.tmp") for path in texts}
     try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
+        for path, text in texts.items():
+            temporaries[path].write_text(text, encoding="utf-8")
+        for path, temporary in temporaries.items():
+            os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        for temporary in temporaries.values():
+            temporary.unlink(missing_ok=True)
 
 
 def check_writable(directory: str | Path) -> None:
