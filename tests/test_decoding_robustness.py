@@ -266,3 +266,22 @@ def test_search_never_writes_pad_or_bos():
     logits = search.ruled_out(jnp.zeros((1, vocab)), jnp.asarray(5), 1)
     assert np.isinf(np.asarray(logits)[0, [PAD_ID, BOS_ID]]).all()
     assert np.isfinite(np.asarray(logits)[0, EOS_ID])  # past min_len, <eos> may end it
+
+
+# --- 64-bit JAX -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(beam_size=1), dict(beam_size=3, nbest=2), dict(beam_size=1, temperature=0.8, seed=4)],
+    ids=["greedy", "beam_nbest", "sampling"],
+)
+def test_a_process_with_64_bit_jax_decodes_the_same(translator, settings):
+    """JAX_ENABLE_X64=1 (a user's setting for other work) made Python ints int64: the cache
+    update mixed int32 and int64 start indices, and beam search's carry became float64."""
+    sources = [sentence(3), sentence(6, offset=2)]
+    expected = translator.translate_detailed(sources, **settings)
+    with jax.enable_x64(True):
+        got = translator.translate_detailed(sources, **settings)
+    assert got.texts == expected.texts
+    assert got.hypotheses == expected.hypotheses

@@ -252,7 +252,7 @@ def extend_rows(
             logp = jax.nn.log_softmax(logits.astype(jnp.float32))  # (B, V)
             step_logp = jnp.take_along_axis(logp, nxt[:, None], axis=1)[:, 0]  # (B,)
             log_prob = log_prob + jnp.where(finished, 0.0, step_logp)
-        tokens = jax.lax.dynamic_update_slice(tokens, nxt[:, None], (0, i))
+        tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], i, axis=1)
         # A row that reached its own limit is done, as if it had said <eos>.
         finished = finished | (nxt == eos_id) | (i + 1 >= limit)
         return i + 1, nxt, tokens, finished, log_prob, state
@@ -395,7 +395,8 @@ def beam_search(
     longest = jnp.max(limit)
     alpha = jnp.asarray(alpha, jnp.float32)
     # Only beam 0 is live at the start, so the first step does not pick W copies of one token.
-    live_logp = jnp.where(jnp.arange(w) == 0, 0.0, NEG_INF) * jnp.ones((b, 1))  # (B, W)
+    # (B, W), float32 also where JAX_ENABLE_X64 makes jnp.ones float64.
+    live_logp = jnp.where(jnp.arange(w) == 0, 0.0, NEG_INF) * jnp.ones((b, 1), jnp.float32)
     live_seqs = jnp.full((b, w, length), pad_id, jnp.int32)  # (B, W, L)
     last = jnp.full((b, w), bos_id, jnp.int32)  # (B, W)
     fin_scores = jnp.full((b, w), NEG_INF, jnp.float32)  # (B, W)
@@ -423,7 +424,7 @@ def beam_search(
         top_logp, top_idx = chunked_top_k(cand, w)  # (B, W)
         top_beam, top_tok = top_idx // vocab, (top_idx % vocab).astype(jnp.int32)  # (B, W)
         seqs = jnp.take_along_axis(live_seqs, top_beam[:, :, None], axis=1)  # (B, W, L)
-        seqs = jax.lax.dynamic_update_slice(seqs, top_tok[:, :, None], (0, 0, i))
+        seqs = jax.lax.dynamic_update_slice_in_dim(seqs, top_tok[:, :, None], i, axis=2)
 
         # Past a sentence's limit its live scores are all -inf: nothing more ends or enters.
         ends = (top_tok == eos_id) | (i == limit[:, None] - 1)  # (B, W)

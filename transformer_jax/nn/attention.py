@@ -133,8 +133,12 @@ class MultiHeadAttention(nn.Module):
             return key, value, ops.causal_mask(max_len, max_len)
         i = index.value
         num_new, max_len = key.shape[2], cached_key.value.shape[2]
-        cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, 0, i, 0))
-        cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, 0, i, 0))
+        # `_in_dim`: the other start indices take i's dtype (int32 literals beside an int64
+        # index are an error when JAX_ENABLE_X64 makes Python ints int64).
+        cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key, i, axis=2)
+        cached_value.value = jax.lax.dynamic_update_slice_in_dim(
+            cached_value.value, value, i, axis=2
+        )
         index.value = i + num_new
         # New query j sits at absolute position i + j and sees keys 0..i + j.
         mask = ops.causal_mask(num_new, max_len, offset=i)  # (1, 1, T, L)
