@@ -98,3 +98,18 @@ def test_an_unknown_flag_stops_the_process_at_start_up_naming_it():
     )
     assert out.returncode != 0
     assert "Unknown flag in XLA_FLAGS: --xla_cpu_no_such_flag=1" in out.stderr
+
+
+def test_the_users_quoted_flags_are_xlas_to_read(tmp_path):
+    """XLA reads `--xla_dump_to="/a b"` (a quoted value with a space): a config's flags were
+    refused beside it ("'b\"' is not an XLA flag"), a traceback blaming the config."""
+    dump = tmp_path / "xla dump"
+    mine = f'--xla_dump_to="{dump}" --xla_dump_hlo_as_text'
+    ok, env, ynn = _run(YNN, mine)
+    assert (ok, env, ynn) == ("True", f"{mine} {YNN}", "True")
+    assert any(dump.iterdir())  # XLA read the quoted path whole
+    with pytest.MonkeyPatch.context() as patch:  # an unbalanced quote: the names still
+        patch.setenv("XLA_FLAGS", mine + " --xla_cpu_enable_fast_math=false 'unclosed")
+        assert set(xla_flags.environment_flags()) == {
+            "--xla_dump_to", "--xla_dump_hlo_as_text", "--xla_cpu_enable_fast_math"
+        }  # fmt: skip

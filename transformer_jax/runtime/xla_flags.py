@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 
 _FLAG = re.compile(r"^--[A-Za-z0-9_]+(=\S*)?$")
 
@@ -35,6 +36,18 @@ def parse(flags: str) -> dict[str, str]:
             )
         parsed[token.partition("=")[0]] = token
     return parsed
+
+
+def environment_flags() -> dict[str, str]:
+    """The flags in XLA_FLAGS as XLA reads them, name -> token: quoted values allowed
+    (`--xla_dump_to="/tmp/xla dump"`), nothing refused (the user's own flags are XLA's to
+    judge: it stops at start-up on one it does not know), unlike a config's (`parse`)."""
+    text = os.environ.get("XLA_FLAGS", "")
+    try:
+        tokens = shlex.split(text)
+    except ValueError:  # an unbalanced quote: the names are still what matters here
+        tokens = text.split()
+    return {token.partition("=")[0]: token for token in tokens if token.startswith("--")}
 
 
 def backends_initialized() -> bool:
@@ -54,7 +67,7 @@ def apply(flags: str) -> bool:
     flags that are missing and how to pass them.
     """
     wanted = parse(flags)
-    current = parse(os.environ.get("XLA_FLAGS", "")) if wanted else {}
+    current = environment_flags() if wanted else {}
     missing = [token for name, token in wanted.items() if name not in current]
     for name, token in wanted.items():
         if name in current and current[name] != token:
