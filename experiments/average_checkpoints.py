@@ -33,6 +33,7 @@ def main(argv: list[str]) -> None:
     from transformer_jax.workdir.averaging import write_averaged_checkpoint
     from transformer_jax.workdir.checkpoints import NoCheckpointError
 
+    launch.start_backend()
     output = FLAGS.output_workdir or f"{FLAGS.workdir.rstrip('/')}_avg{FLAGS.last}"
     try:
         written = write_averaged_checkpoint(

@@ -70,6 +70,7 @@ def main(argv: list[str]) -> None:
         run = first_workdir(FLAGS.workdir)  # an ensemble's first run holds the report
         configure_process(load_config(run))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.start_backend()
         settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         split = FLAGS.split or load_config(run).data.test_split
         report = evaluate_workdir(

@@ -43,6 +43,7 @@ def main(argv: list[str]) -> None:
     from transformer_jax.export.extras import MissingExtraError
     from transformer_jax.export.stablehlo import export_stablehlo
 
+    launch.start_backend()
     # No run in --workdir (NoCheckpointError), an --output_dir that --force may not replace
     # (a file, the run, a directory that no export wrote), a library missing: one FATAL line.
     try:

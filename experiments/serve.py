@@ -173,6 +173,7 @@ def _engine():
         # The (first) run's process settings (XLA flags, allocator) before JAX starts.
         configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.start_backend()
         # The decoding options' flags (--nbest, --temperature, ...) are request defaults too.
         values = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         # --workdir=a,b@STEP: an ensemble (inference.load_translator).

@@ -141,6 +141,7 @@ def _launch() -> None:
             "jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache_dir)
         )
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    launch.start_backend()
     from transformer_jax import training  # after distributed.initialize: it touches devices
 
     launch.quiet_library_logs()

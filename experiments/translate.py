@@ -120,6 +120,7 @@ def main(argv: list[str]) -> None:
         # The (first) run's process settings (XLA flags, allocator) before JAX starts.
         configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.start_backend()
         with _output(streaming) as output:  # opened before decoding: a bad path fails now
             if streaming:
                 translate_stream(

@@ -90,6 +90,7 @@ __all__ = [
     "rename_deprecated_flags",
     "resolve_config_args",
     "resolve_config_path",
+    "start_backend",
     "stdout_closed",
 ]
 
@@ -98,6 +99,18 @@ def fatal(message: str) -> NoReturn:
     """Ends the process with one `FATAL:` line on stderr and exit code 2."""
     print(f"FATAL: {' '.join(str(message).split())}", file=sys.stderr)
     sys.exit(2)
+
+
+def start_backend() -> str:
+    """Starts JAX's backend (`runtime.backend.start`) once the process settings are applied
+    (XLA flags, `--cpu_devices`); returns its platform. A platform that cannot start
+    (JAX_PLATFORMS=cuda without a GPU) is one FATAL line."""
+    from transformer_jax.runtime import backend
+
+    try:
+        return backend.start()
+    except backend.BackendError as error:
+        fatal(str(error))
 
 
 # A tool's exit status when its reader leaves: 128 + SIGPIPE, as `yes | head -1` ends.

@@ -84,3 +84,30 @@ def resolve(knob: dict[str, str], value: str, platform: str | None = None) -> st
     if value != "auto":
         return value
     return knob[platform or expected_platform()]
+
+
+class BackendError(RuntimeError):
+    """JAX cannot start the platform this process asks for (`start`)."""
+
+
+def start() -> str:
+    """Starts JAX's backend now, as a launcher does once its process settings are applied;
+    returns its platform ("cpu", "gpu", "tpu").
+
+    JAX_PLATFORMS=cuda on a machine without a CUDA JAX (or its GPU) otherwise failed at the
+    first array: an empty AssertionError or "Unable to initialize backend 'cuda'" in a
+    traceback from deep inside the run. Raises `BackendError` naming the platforms asked
+    for, JAX's reason and the fixes.
+    """
+    try:
+        return platform_name(jax.devices()[0].platform)
+    except (RuntimeError, AssertionError) as error:
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        asked = requested_platforms()
+        if not asked:
+            raise BackendError(f"JAX could not start a backend ({reason}).") from error
+        raise BackendError(
+            f"JAX cannot start the platform JAX_PLATFORMS={asked} asks for ({reason}): on "
+            f"a GPU install jax[cuda12]=={jax.__version__} (a TPU: jax[tpu]) and check that "
+            "the device is visible (nvidia-smi), or unset JAX_PLATFORMS to run on the CPU."
+        ) from error
