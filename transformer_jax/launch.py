@@ -161,6 +161,7 @@ def flags_parser(
             rest = flag_values(argv)
         except (flags.Error, ValueError, TypeError, KeyError, AttributeError, OSError) as error:
             fatal(_last_line(error))
+        _expand_home(flag_values)
         if unless is None or not flag_values[unless].value:
             for name in required:
                 if flag_values[name].value in (None, ""):
@@ -168,6 +169,34 @@ def flags_parser(
         return rest
 
     return parse
+
+
+# The launchers' flags that name files or directories.
+PATH_FLAGS = (
+    "workdir", "output_workdir", "init_from", "model_dir", "output_dir", "report_dir",
+    "data_dir", "zip_path", "input_file", "output_file", "attention_plot", "sweep_dir",
+    "compilation_cache_dir",
+)  # fmt: skip
+
+
+def _expand_home(flag_values: flags.FlagValues) -> None:
+    """`~` at the start of a path flag's value (and of each run of an ensemble's
+    `--workdir=~/a,~/b`) is the home directory, as in a shell word: bash leaves
+    `--workdir=~/w` as it is, and the launchers then wrote the lock in ./~/w and the
+    checkpoints in $HOME/w."""
+    for name in PATH_FLAGS:
+        if name not in flag_values:
+            continue
+        value = flag_values[name].value
+        if isinstance(value, str) and "~" in value:
+            expanded = ",".join(_expanded(part) for part in value.split(","))
+            if expanded != value:
+                flag_values[name].value = expanded
+
+
+def _expanded(part: str) -> str:
+    stripped = part.lstrip()  # `a, ~/b`: the space after a comma stays
+    return part[: len(part) - len(stripped)] + os.path.expanduser(stripped)
 
 
 def print_config(config: ml_collections.ConfigDict) -> None:
