@@ -96,6 +96,16 @@ def test_auto_workers_are_none_on_a_cpu_and_a_few_on_an_accelerator():
     assert sampling_pool.resolve_workers(3, "cpu", cpu_count=2) == 3  # asked for: given
 
 
+def test_auto_workers_count_the_cores_this_process_may_use(monkeypatch):
+    """`taskset -c 0` on a 16-core GPU host: one core, so no worker (os.cpu_count() said
+    16, and 4 workers shared the training process's core)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert sampling_pool.resolve_workers(-1, "gpu") == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert sampling_pool.resolve_workers(-1, "gpu") == 4
+
+
 @pytest.mark.parametrize("value", [-2, -8])  # the config's type check refuses a non-int
 def test_a_bad_worker_count_is_refused_with_the_fix(value):
     cfg = config.data_config()

@@ -137,3 +137,17 @@ def test_default_threads_are_the_cores_up_to_8_but_one_with_one_malloc_arena(mon
     seen = []
     compile_only.ahead(lambda: seen.append("listed") or [1, 2, 3], seen.append)
     assert seen == []  # one thread: nothing ahead, the items not even listed
+
+
+def test_compile_threads_count_the_cores_this_process_may_use(monkeypatch):
+    """Under `taskset -c 0` (or a cgroup's cpuset) one thread, not one per machine core."""
+    import os
+
+    from transformer_jax.runtime import host_memory
+
+    monkeypatch.setattr(host_memory, "in_effect", lambda: "system")
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert compile_only.default_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    assert compile_only.default_threads() == 4

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from transformer_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_jax.runtime import cpu_devices
 
 # What "auto" (`data.sampling_workers = -1`) means where the step runs: none on a CPU, whose
 # cores train the model (and the draws are ~3 % of its step there); on an accelerator a few,
@@ -37,7 +38,7 @@ def resolve_workers(value: int, platform: str, cpu_count: int | None = None) -> 
     at most the cores less one."""
     if value >= 0:
         return value
-    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    cores = cpu_count if cpu_count is not None else cpu_devices.local_cores()  # taskset's
     return max(0, min(AUTO_WORKERS[platform], cores - 1))
 
 

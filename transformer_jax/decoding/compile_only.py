@@ -34,7 +34,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -44,7 +43,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from transformer_jax.runtime import compile_log, host_memory
+from transformer_jax.runtime import compile_log, cpu_devices, host_memory
 
 # `default_threads`: one per host core, at most this many (each compile holds its program's
 # HLO and its compiler's working memory, GBs on a large model).
@@ -59,7 +58,7 @@ def default_threads() -> int:
     (benchmarks/LOG.md, 2026-11-27 tenth session)."""
     if host_memory.in_effect() == "reuse":
         return 1
-    return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+    return max(1, min(MAX_THREADS, cpu_devices.local_cores()))  # taskset's, not the machine's
 
 
 class Session:
