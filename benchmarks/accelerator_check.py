@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["stages"] = report_lib.stages(results)
     report["jobs"] = {n: r.get("job", r.get("not_run")) for n, r in results.items()}
     report["wall_s"] = round(time.perf_counter() - start, 1)
-    out.write_text(json.dumps(report, indent=1, default=str))
+    out.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     print(table.format_table(report))
     again = [n for n, r in results.items() if n in args.jobs and r.get("status", "") != "ok"]
     print(f"\nwall {report['wall_s']:.0f} s; JSON: {out}; logs: {ctx.logs}")

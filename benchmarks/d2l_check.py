@@ -134,7 +134,7 @@ def main(argv: list[str]) -> None:
         f"{verdict}; the book's PyTorch code here: 0.72). Runs in {root}."
     )
     if FLAGS.out:
-        Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n")
+        Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,8 @@ def fresh_process(model_dir: Path, texts: list[str], alpha: float, nbest: int, s
     result = subprocess.run(
         [sys.executable, "-c", _FRESH, str(model_dir), json.dumps(texts), setting],
         capture_output=True,
-        text=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
         check=True,
         cwd=Path(__file__).resolve().parents[1],
     )

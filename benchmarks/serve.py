@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import platform
 import re
 import subprocess
@@ -86,7 +87,9 @@ def start_server(
         cwd=Path(__file__).resolve().parents[1],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
-        text=True,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},  # its log, read here as UTF-8
+        encoding="utf-8",
+        errors="replace",
     )
     lines: list[str] = []
     deadline = time.monotonic() + timeout
@@ -250,7 +253,7 @@ def main(argv: list[str]) -> None:
             "flags": extra,
             "rows": rows,
         }
-        Path(FLAGS.out).write_text(json.dumps(result, indent=2) + "\n")
+        Path(FLAGS.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -304,7 +304,7 @@ def main() -> None:
             print(f"\nBLEU by source length at {last['minutes']:.1f} min, beam {beam}:")
             print("\n".join(format_length_table(rows, total)))
     if args.out:
-        Path(args.out).write_text(json.dumps(hook.rows, indent=2))
+        Path(args.out).write_text(json.dumps(hook.rows, indent=2), encoding="utf-8")
         print(f"wrote {args.out}")
 
 

@@ -67,6 +67,7 @@ def environment(**extra: str) -> dict[str, str]:
     path = [str(REPO), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONIOENCODING"] = "utf-8"  # what `run` reads, whatever the locale
     for key, value in extra.items():
         if value == "":
             env.pop(key, None)
@@ -96,7 +97,7 @@ def run(
             env=env or environment(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
+            encoding="utf-8",
             errors="replace",
             start_new_session=True,  # its own process group: stopped whole at the limit
         )
@@ -137,13 +138,13 @@ def write_partial(path: str | Path, results: dict[str, Any]) -> None:
     """Writes a worker's results so far (atomically: a reader never sees half a file)."""
     path = Path(path)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str))
+    tmp.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     tmp.replace(path)
 
 
 def read_partial(path: str | Path) -> dict[str, Any] | None:
     """What a worker wrote, or None."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None

@@ -63,8 +63,15 @@ def environment_info() -> dict[str, Any]:
         "import json, jax; d = jax.devices(); "
         "print(json.dumps([d[0].device_kind, jax.default_backend(), len(d)]))"
     )
-    child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                           env=jobs.environment(), timeout=120, check=False)  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        env=jobs.environment(),
+        encoding="utf-8",
+        errors="replace",
+        timeout=120,
+        check=False,
+    )
     try:
         kind, backend, n = json.loads(child.stdout.strip().splitlines()[-1])
         device = f"{kind} ({backend}, {n} device{'s' * (n > 1)})"
@@ -78,7 +85,9 @@ def environment_info() -> dict[str, Any]:
             versions[package] = "not installed"
     try:
         argv = ["git", "rev-parse", "--short", "HEAD"]
-        git = subprocess.run(argv, cwd=REPO, capture_output=True, text=True).stdout.strip()
+        git = subprocess.run(
+            argv, cwd=REPO, capture_output=True, encoding="utf-8", errors="replace"
+        ).stdout.strip()
     except OSError:  # no git on the machine
         git = ""
     return {

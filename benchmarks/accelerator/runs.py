@@ -80,7 +80,7 @@ def read_bleu(workdir: Path) -> dict[str, Any] | str:
     path = workdir / "eval_report.json"
     if not path.is_file():
         return "not measured: no eval_report.json"
-    report = json.loads(path.read_text())
+    report = json.loads(path.read_text(encoding="utf-8"))
     return {k: report.get(k) for k in ("bleu", "chrf", "split", "beam_size", "num_sentences")}
 
 
@@ -89,7 +89,7 @@ def read_compile_log(workdir: Path) -> dict[str, Any] | str:
     path = workdir / "compile_log.jsonl"
     if not path.is_file():
         return "not measured: no compile_log.jsonl (the launch did not end)"
-    record = json.loads(path.read_text().splitlines()[-1])
+    record = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])
     by_kind: dict[str, float] = {}
     for p in record["programs"]:
         by_kind[p["kind"]] = round(by_kind.get(p["kind"], 0.0) + p["seconds"], 3)

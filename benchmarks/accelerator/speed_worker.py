@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import shutil
 import signal
 import statistics
@@ -158,7 +159,13 @@ def torch_probe() -> str | None:
     )
     try:
         child = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+            [sys.executable, "-c", code],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+            timeout=300,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return "not measured: torch beside jax did not start within 300 s in a child"

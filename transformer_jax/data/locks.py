@@ -42,7 +42,7 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
     lock_file = Path(lock_file)
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock_file, "a+")  # closed by the `with handle` below
+        handle = open(lock_file, "ab")  # holds the flock, no text; closed by `with handle` below
     except OSError as error:
         if not is_read_only_error(error):
             raise

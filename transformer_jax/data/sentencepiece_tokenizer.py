@@ -144,7 +144,7 @@ class SentencePieceTokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / _MODEL_FILE).write_bytes(self._model_proto)
         meta = {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint}
-        (directory / _META_FILE).write_text(json.dumps(meta, indent=2))
+        (directory / _META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path) -> SentencePieceTokenizer:

@@ -78,7 +78,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     meta_file = Path(directory) / "tokenizer.json"
     if not meta_file.is_file():
         raise FileNotFoundError(f"no tokenizer saved in {directory} (missing {meta_file.name}).")
-    kind = json.loads(meta_file.read_text())["kind"]
+    kind = json.loads(meta_file.read_text(encoding="utf-8"))["kind"]
     return _KINDS[kind].load(directory)
 
 

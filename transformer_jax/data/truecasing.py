@@ -36,7 +36,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
 import re
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -279,9 +281,19 @@ class Truecaser:
     # --- storage ---------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
-        """Writes the table as JSON (`load` reads it back)."""
+        """Writes the table as UTF-8 JSON (`load` reads it back), whatever the locale: its
+        forms hold "É" and "œ", which an ASCII locale cannot write and a Latin-1 one writes
+        as bytes that are not UTF-8. Written beside `path` and renamed into place, so a
+        failure leaves no empty or half-written table (in the shared cache too)."""
         data = {"target_lang": self.target_lang, "forms": dict(self.forms)}
-        Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=0) + "\n")
+        path = Path(path)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            text = json.dumps(data, ensure_ascii=False, indent=0) + "\n"
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | Path) -> Truecaser:

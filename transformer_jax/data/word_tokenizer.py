@@ -92,7 +92,7 @@ class WordTokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / _VOCAB_FILE).write_text("\n".join(self._id_to_token) + "\n", encoding="utf-8")
         meta = {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint}
-        (directory / _META_FILE).write_text(json.dumps(meta, indent=2))
+        (directory / _META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path) -> WordTokenizer:

@@ -20,17 +20,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from transformer_jax.evaluation.stream_encoding import OutputEncodingError, encoding_problem
+
 
 def write_lines(lines: Sequence[str], output_file: str | Path | None, stdout: TextIO) -> None:
     """The lines, each ending in `\\n`, to `output_file` (UTF-8; `open_output`: replaced
-    whole once written) or else `stdout`, flushed."""
+    whole once written) or else `stdout`, flushed. A character `stdout`'s encoding cannot
+    hold that `stream_encoding.check_translations_fit` did not foresee (the CTranslate2
+    engine's TSV sources) is an `OutputEncodingError` naming its encoding and the fixes."""
     text = "".join(f"{line}\n" for line in lines)
     if output_file:
         with open_output(output_file) as output:
             output.write(text)
-    else:
-        stdout.write(text)
-        stdout.flush()
+        return
+    try:
+        stdout.write(text)  # a text stream encodes it all first: no line half-written
+    except UnicodeEncodeError as error:
+        unfit = error.object[error.start : error.end]
+        raise OutputEncodingError(encoding_problem(stdout, unfit[:1])) from None
+    stdout.flush()
 
 
 def check_output_not_input(

@@ -142,7 +142,7 @@ def plot_attention(maps: Any, path: str | Path, *, cell: float = 2.6) -> Path:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Records of a JSONL metrics log (one JSON object per line; blank lines skipped)."""
     records = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             try:
                 records.append(json.loads(line))

@@ -38,6 +38,7 @@ from transformer_jax.evaluation.bleu import (
 from transformer_jax.evaluation.plots import plot_training_curves
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.report_text import format_report, summary_lines
+from transformer_jax.evaluation.stream_encoding import printable
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.run_specs import split_workdirs
 from transformer_jax.runtime import commands, compile_log
@@ -394,15 +395,17 @@ def speed_sources(sources: Sequence[str]) -> Sequence[str]:
 def test_report(workdir: str | Path, num_examples: int) -> dict[str, Any]:
     """What a training launch prints at the end: BLEU, chrF and the length table on
     `num_examples` evenly spaced test pairs (0 = all), written as eval_report.{json,md} too.
-    A report scored but not written (`ReportWriteError`: a full disk) is printed, then raised."""
+    A report scored but not written (`ReportWriteError`: a full disk) is printed, then raised.
+    What stdout cannot encode (its "±" and "α" on an ASCII terminal) is printed as backslash
+    escapes (`stream_encoding.printable`): the files hold it whole."""
     try:
         # One run: its directory name may hold commas (a sweep point's), never an ensemble.
         report = evaluate_workdir(Path(workdir), num_examples=num_examples)
     except ReportWriteError as error:  # the decoding's result shown, not lost
-        print("\n".join(summary_lines(error.report)), flush=True)
+        print(printable("\n".join(summary_lines(error.report))), flush=True)
         raise
-    print("\n".join(summary_lines(report)), flush=True)
-    print("\n".join(where_lines(workdir, report)), flush=True)
+    print(printable("\n".join(summary_lines(report))), flush=True)
+    print(printable("\n".join(where_lines(workdir, report))), flush=True)
     return report
 
 

@@ -57,18 +57,32 @@ def decode_lines(data: bytes, *, start: bool = True) -> tuple[list[str], list[in
 
 
 def argument_text(text: str) -> tuple[str, bool]:
-    """(`text` as valid Unicode, whether it already was): a command-line argument's bytes
-    that were not UTF-8 (lone surrogates U+DC80-U+DCFF, Python's `surrogateescape`) decoded as
-    `decode_lines` decodes a line, each invalid byte U+FFFD; any other lone surrogate
-    U+FFFD too."""
+    """(`text` as valid Unicode, whether its bytes were valid UTF-8): a command-line argument
+    whose bytes the locale could not decode (lone surrogates U+DC80-U+DCFF, Python's
+    `surrogateescape`) has them read as UTF-8, as `decode_lines` reads a line; invalid bytes
+    become U+FFFD, as does any other lone surrogate.
+
+    Under an ASCII locale (`LC_ALL=C`) every non-ASCII byte is escaped, valid UTF-8 ("où")
+    too: the bytes are put back together and decoded strictly first, so such an argument is
+    valid and no warning names it."""
     try:
         text.encode("utf-8")
         return text, True
     except UnicodeEncodeError:
         pass
-    raw = b"".join(
-        ch.encode("utf-8", "surrogateescape") if "\udc80" <= ch <= "\udcff" else
-        "\ufffd".encode() if "\ud800" <= ch <= "\udfff" else ch.encode("utf-8")
-        for ch in text
-    )  # fmt: skip
-    return raw.decode("utf-8", errors="replace"), False
+    other_surrogate = False
+
+    def raw(ch: str) -> bytes:
+        nonlocal other_surrogate
+        if "\udc80" <= ch <= "\udcff":
+            return ch.encode("utf-8", "surrogateescape")  # the byte the locale could not read
+        if "\ud800" <= ch <= "\udfff":
+            other_surrogate = True
+            return "\ufffd".encode()
+        return ch.encode("utf-8")
+
+    data = b"".join(raw(ch) for ch in text)
+    try:
+        return data.decode("utf-8"), not other_surrogate
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), False

@@ -33,6 +33,7 @@ from transformer_jax.decoding.options import Hypotheses
 from transformer_jax.evaluation.output_file import write_lines
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
+from transformer_jax.evaluation.stream_encoding import check_translations_fit, output_characters
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.notes import output_notes, prefix_notes, source_notes
@@ -157,6 +158,7 @@ def translate_workdir(
     top_p: float | None = None,
     seed: int | None = None,
     prefix: str | None = None,
+    output: TextIO | None = None,
 ) -> list[str]:
     """Translate `sentences` with the run in `workdir` (comma-separated workdirs, each
     `dir` or `dir@STEP`: an ensemble, `inference.load_translator`); returns one output line
@@ -177,11 +179,15 @@ def translate_workdir(
     decoding that takes more than a few seconds shows a progress bar on `stderr` when it is a
     terminal (`progress`: True always, False never; `evaluation.progress`).
     `decoding.options.DecodeOptions` fields (nbest, temperature, top_k, top_p, seed, prefix:
-    raw text, prepared as the inputs) left None are the defaults.
+    raw text, prepared as the inputs) left None are the defaults. `output`: the stream the
+    lines will be written to (stdout, or an --output_file's); one whose encoding cannot hold
+    what the model may write is refused before decoding (`check_output`).
     """
     check_format(output_format, text)
     stderr = stderr or sys.stderr
     translator = translator or load_translator(workdir, step, average_last=average_last)
+    if output is not None:
+        check_output(translator, output, text, sentences if output_format == "tsv" else ())
     prepared = [translator.prepare(s) for s in sentences]
     with progress_bar("Translating", file=stderr, enabled=progress) as update:
         out = translator.translate_detailed(
@@ -222,6 +228,20 @@ def translate_workdir(
     if nbest is not None:
         return nbest_lines(sentences, out.hypotheses, natural, first_index=first_number - 1)
     return format_lines(sentences, out.texts, output_format, natural)
+
+
+def check_output(
+    translator: Translator, output: TextIO, text: str = "natural", sources: Sequence[str] = ()
+) -> None:
+    """An `OutputEncodingError` (a ValueError: one FATAL line) before any decoding when the
+    encoding of `output` (an ASCII or Latin-1 stdout; a file of `open_output` is UTF-8)
+    cannot hold a character the translations may contain: one of the target vocabulary
+    (`stream_encoding.output_characters`), its capitals and learned forms for natural `text`,
+    or of the `sources` a TSV line repeats. Otherwise the first translation written would
+    fail, after every line was decoded, and take all the others with it."""
+    truecaser = translator.text_truecaser if text == "natural" else None
+    sources = [clean_text(s) for s in sources]
+    check_translations_fit(output, output_characters(translator.tgt_tokenizer, truecaser, sources))
 
 
 def nbest_lines(
@@ -318,13 +338,15 @@ def translate_stream(
     its keywords), written to `stdout` and flushed before the next is read, so a program can
     write a line and read its translation back (a co-process). From a terminal, a prompt
     on `stderr`. The same lines and notes as `translate_workdir` on the whole input; the
-    attention plot is of the first non-empty line.
+    attention plot is of the first non-empty line. A `stdout` whose encoding cannot hold what
+    the model may write is refused before the first line is read (`check_output`).
     """
     stderr = stderr or sys.stderr
     check_format(options.get("output_format", "plain"), options.get("text", "natural"))
     translator = translator or load_translator(
         workdir, options.get("step"), average_last=options.get("average_last", 1)
     )
+    check_output(translator, stdout, options.get("text", "natural"))
 
     def translate(lines: list[str], first_number: int) -> list[str]:
         nonlocal attention_plot
@@ -338,6 +360,7 @@ def translate_stream(
             attention_plot=plot,
             stderr=stderr,
             first_number=first_number,
+            output=stdout,  # a TSV line's sources, checked with each chunk
             **options,
         )
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from transformer_jax.data.segmenting import join_translations
 from transformer_jax.data.text_form import input_form
-from transformer_jax.data.tokenizers import load_tokenizer
+from transformer_jax.data.tokenizers import Tokenizer, load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.typography import plain_forms
 from transformer_jax.data.vocab import EOS_ID
@@ -96,7 +96,7 @@ def read_manifest(model_dir: str | Path) -> dict[str, Any]:
             f"`{commands.command('export', format='ctranslate2')}`."
         )
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         what = f"{MANIFEST} is not valid JSON: {error}"
         raise damaged(model_dir, what, _redo(model_dir)) from error
@@ -156,6 +156,13 @@ def load_truecaser(model_dir: str | Path) -> Truecaser | None:
         return None
     path = Path(model_dir) / manifest.get("truecaser", "")
     return Truecaser.load(path) if manifest.get("truecaser") and path.is_file() else Truecaser("")
+
+
+def target_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """The export's target tokenizer, whose vocabulary is what its translations can hold
+    (translate checks stdout against it before decoding: `evaluation.stream_encoding`)."""
+    manifest = read_manifest(model_dir)
+    return load_tokenizer(Path(model_dir) / str(manifest["target_tokenizer"]))
 
 
 def _prepare(

@@ -309,7 +309,7 @@ def convert(
             **(extra_manifest or {}),
             DIGESTS: file_digests(tmp),  # checked when the export is opened (`manifest`)
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return output_dir
 
 

@@ -144,7 +144,7 @@ def _write_files(
         **extra_manifest,
         DIGESTS: file_digests(output_dir),
     }  # fmt: skip
-    (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (output_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
 def _tokenizer_entry(name: str, tokenizer: Any) -> dict[str, str]:

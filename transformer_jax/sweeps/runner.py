@@ -209,8 +209,11 @@ def check_launcher_flags(points: list[SweepPoint], extra_flags: list[str]) -> No
     result = subprocess.run(
         [*points[0].command, "--only_check_args"],
         cwd=TRAIN_CWD,
+        # Its FATAL line may name a path with any character: written and read as UTF-8.
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
         capture_output=True,
-        text=True,
+        encoding="utf-8",
+        errors="replace",
         check=False,
     )
     if result.returncode != 0:
