@@ -95,7 +95,7 @@ def main(argv: list[str]) -> None:
         # corpus that cannot be found or fetched, DownloadError and ZipNotFoundError.
         launch.fatal(_with_our_flags(str(error)))
     json_path, md_path = report["files"]
-    print(Path(md_path).read_text())
+    print(Path(md_path).read_text(encoding="utf-8"))
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
 
 

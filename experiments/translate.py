@@ -128,7 +128,11 @@ def main(argv: list[str]) -> None:
                 )
                 return
             sentences = read_sentences(argv[1:], FLAGS.input_file, sys.stdin)
-            lines = translate_workdir(FLAGS.workdir, sentences, **options) if sentences else []
+            lines = (
+                translate_workdir(FLAGS.workdir, sentences, output=output, **options)
+                if sentences
+                else []
+            )
             write_lines(lines, None, output)
     except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
         launch.stdout_closed()
@@ -191,11 +195,17 @@ def _output(streaming: bool) -> Iterator[TextIO]:
 
 def _main_ctranslate2(argv: list[str]) -> None:
     from transformer_jax.evaluation.output_file import write_lines
+    from transformer_jax.evaluation.stream_encoding import check_translations_fit, output_characters
     from transformer_jax.evaluation.translate_cli import (
         read_sentences,
         stream_lines,
     )
-    from transformer_jax.export.ct2_translate import ENSEMBLE_ERROR, load_truecaser, open_translator
+    from transformer_jax.export.ct2_translate import (
+        ENSEMBLE_ERROR,
+        load_truecaser,
+        open_translator,
+        target_tokenizer,
+    )
     from transformer_jax.export.extras import MissingExtraError
 
     if not FLAGS.model_dir:
@@ -226,6 +236,9 @@ def _main_ctranslate2(argv: list[str]) -> None:
             translator = open_translator(FLAGS.model_dir)  # loaded once for every chunk
             truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
             natural = truecaser.natural if truecaser is not None else None
+            # Before decoding: a stdout that cannot hold the model's characters.
+            characters = output_characters(target_tokenizer(FLAGS.model_dir), truecaser)
+            check_translations_fit(output, characters)
             translate = _ct2_lines(translator, natural, options)
             if streaming:
                 stream_lines(sys.stdin, output, translate, one_line=FLAGS.interactive)
@@ -280,7 +293,8 @@ def _ct2_lines(
 
 def run() -> None:
     """The console command (pyproject's [project.scripts]) and `python -m` entry point."""
-    app.run(main, flags_parser=launch.flags_parser())
+    # Strict stdout: the translations are checked to fit its encoding before decoding.
+    app.run(main, flags_parser=launch.flags_parser(lenient_stdout_encoding=False))
 
 
 if __name__ == "__main__":

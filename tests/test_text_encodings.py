@@ -238,15 +238,7 @@ def translate(workdir: Path, *args: str, env: dict[str, str], **kwargs):
     "stdin",
     [
         "pipe",
-        pytest.param(
-            "file",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="refused before decoding once experiments/translate.py passes "
-                "output=output to translate_workdir; until then write_lines names the "
-                "encoding and the fixes after decoding (drop this mark then)",
-            ),
-        ),
+        "file",
     ],
 )
 def test_translate_refuses_an_ascii_stdout_before_decoding(tiny_workdir, tmp_path, stdin):
@@ -290,13 +282,6 @@ def test_a_utf8_argument_under_an_ascii_locale_is_translated_without_a_warning(
 # --- the sweep: every text file opened as UTF-8 -------------------------------------------
 
 SCANNED = ("transformer_jax", "benchmarks", "configs", "experiments")
-# Files another change owns, each named with its fix in that change's report: drop a file
-# from here when it is fixed (the test fails if one is listed but clean, so none lingers).
-PENDING = {
-    "transformer_jax/nn/precision.py",  # /proc/cpuinfo: read_text(encoding="utf-8")
-    "transformer_jax/workdir/checkpoints.py",  # config.json and tokenizer.json
-    "experiments/evaluate.py",  # the report printed back: read_text(encoding="utf-8")
-}
 _TEXT_CALLS = {"open", "read_text", "write_text", "NamedTemporaryFile", "TemporaryFile"}
 _PROCESS_CALLS = {"run", "Popen", "check_output"}
 _BINARY_MODULES = {"os", "gzip", "bz2", "lzma"}  # their open() is not text by default
@@ -351,5 +336,4 @@ def test_every_text_file_is_read_and_written_as_utf8():
         for path in sorted((REPO / folder).rglob("*.py"))
         for hit in unspecified_encodings(path)
     ]
-    assert [hit for hit in found if hit.split(":")[0] not in PENDING] == []
-    assert {hit.split(":")[0] for hit in found} == PENDING  # a fixed file leaves PENDING
+    assert found == []

@@ -46,6 +46,7 @@ from typing import NoReturn
 import ml_collections
 from absl import flags
 
+from transformer_jax.evaluation.stream_encoding import lenient_stdout
 from transformer_jax.launch_config_args import (
     check_config_args,
     check_overrides,
@@ -61,6 +62,7 @@ from transformer_jax.launch_decoding_flags import (
 from transformer_jax.launch_help import help_asked, launcher_help
 from transformer_jax.launch_logs import quiet_library_logs
 from transformer_jax.launch_renamed_flags import RENAMED_FLAGS, rename_deprecated_flags
+from transformer_jax.runtime import backend
 from transformer_jax.runtime.interrupts import redeliver_interrupts
 from transformer_jax.training.config import ConfigError
 from transformer_jax.training.config_files import (
@@ -105,8 +107,6 @@ def start_backend() -> str:
     """Starts JAX's backend (`runtime.backend.start`) once the process settings are applied
     (XLA flags, `--cpu_devices`); returns its platform. A platform that cannot start
     (JAX_PLATFORMS=cuda without a GPU) is one FATAL line."""
-    from transformer_jax.runtime import backend
-
     try:
         return backend.start()
     except backend.BackendError as error:
@@ -133,6 +133,7 @@ def flags_parser(
     config_flag: str = "config",
     flag_values: flags.FlagValues = flags.FLAGS,
     module: str | None = None,
+    lenient_stdout_encoding: bool = True,
 ) -> Callable[[list[str]], list[str]]:
     """An absl `flags_parser` for `app.run` that turns every flag mistake into a FATAL line.
 
@@ -141,12 +142,17 @@ def flags_parser(
     `--help` (and `--helpfull`) print `launcher_help(module)` and exit 0; `module` is the
     launcher's module name, by default the module that calls `flags_parser`. Parsing also
     makes a Ctrl-C that Python would drop inside a garbage-collector callback count
-    (`runtime.interrupts.redeliver_interrupts`).
+    (`runtime.interrupts.redeliver_interrupts`), and, with `lenient_stdout_encoding`, prints
+    a character a non-UTF-8 stdout cannot hold as a backslash escape
+    (`evaluation.stream_encoding.lenient_stdout`: reports are whole in their files); not for
+    translate, whose stdout is the translations (it refuses such a stdout before decoding).
     """
     module = module or sys._getframe(1).f_globals["__name__"]
 
     def parse(argv: list[str]) -> list[str]:
         redeliver_interrupts()
+        if lenient_stdout_encoding:
+            lenient_stdout()
         asked = help_asked(argv[1:])
         if asked:
             print(launcher_help(module, full=asked == "full", flag_values=flag_values))

@@ -32,7 +32,7 @@ def cpu_has_amx(cpuinfo: str | None = None) -> bool:
 @functools.cache
 def _read_cpuinfo() -> str:
     path = Path("/proc/cpuinfo")  # Linux; elsewhere no AMX is assumed (float32 is safe)
-    return path.read_text() if path.exists() else ""
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
 
 def fast_compute_dtype(platform: str | None = None, cpuinfo: str | None = None) -> str:

@@ -76,7 +76,7 @@ def save_config(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     path = Path(workdir) / CONFIG_FILE
     text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_json_default)
     temporary = path.with_name(f".{CONFIG_FILE}.tmp")
-    temporary.write_text(text)
+    temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
 
 
@@ -97,7 +97,7 @@ def load_config(workdir: str | Path) -> ml_collections.ConfigDict:
             + train_command(workdir)
         )
     try:
-        values = json.loads(path.read_text())
+        values = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(values, dict) or not {"model", "data"} <= values.keys():
             raise ValueError("valid JSON, but not a run config: it has no model and data keys")
         return ml_collections.ConfigDict(upgrade_saved(values))
@@ -133,7 +133,7 @@ def _damaged_tokenizer_file(directory: Path) -> Path:
         except Exception:
             meta = side_dir / "tokenizer.json"
             try:
-                json.loads(meta.read_text())["kind"]
+                json.loads(meta.read_text(encoding="utf-8"))["kind"]
             except Exception:
                 return meta
             others = sorted(p for p in side_dir.iterdir() if p.name != meta.name)
