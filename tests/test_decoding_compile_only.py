@@ -127,27 +127,19 @@ def test_default_threads_are_the_cores_up_to_8_but_one_with_one_malloc_arena(mon
 
     from transformer_jax.runtime import host_memory
 
+    def cores(n):  # the cores this process may run on (taskset, a cgroup cpuset)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
     monkeypatch.setattr(host_memory, "in_effect", lambda: "system")
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the machine's: not what counts
+    cores(16)
     assert compile_only.default_threads() == compile_only.MAX_THREADS == 8
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    cores(2)
     assert compile_only.default_threads() == 2
+    cores(1)
+    assert compile_only.default_threads() == 1
     monkeypatch.setattr(host_memory, "in_effect", lambda: "reuse")
     assert compile_only.default_threads() == 1
     seen = []
     compile_only.ahead(lambda: seen.append("listed") or [1, 2, 3], seen.append)
     assert seen == []  # one thread: nothing ahead, the items not even listed
-
-
-def test_compile_threads_count_the_cores_this_process_may_use(monkeypatch):
-    """Under `taskset -c 0` (or a cgroup's cpuset) one thread, not one per machine core."""
-    import os
-
-    from transformer_jax.runtime import host_memory
-
-    monkeypatch.setattr(host_memory, "in_effect", lambda: "system")
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert compile_only.default_threads() == 1
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
-    assert compile_only.default_threads() == 4
