@@ -315,6 +315,7 @@ def test_packed_rows_give_each_pair_its_own_logits_loss_and_gradients(options):
     model = Transformer(cfg)
     params = random_params(cfg, seed=3)
 
+    @jax.jit  # one program a batch layout (op by op, ~1,000 small ops compiled one by one)
     def logits(p, batch):
         args = (batch["src"], batch["src_len"], batch["tgt_in"], Packing.from_batch(batch))
         return model.apply({"params": p}, *args)
@@ -329,7 +330,7 @@ def test_packed_rows_give_each_pair_its_own_logits_loss_and_gradients(options):
         return sums["loss"] / sums["weight"]
 
     (loss_p, grad_p), (loss_s, grad_s) = (
-        jax.value_and_grad(objective)(params, b) for b in (packed, single)
+        jax.jit(jax.value_and_grad(objective))(params, b) for b in (packed, single)
     )
     np.testing.assert_allclose(loss_p, loss_s, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(grad_p), jax.tree.leaves(grad_s), strict=True):
