@@ -15,7 +15,8 @@ the mean batch the server decoded (from /health's counts) and the speed-up in se
 over the first level. The clients run in this process, on the same machine as the server:
 their own CPU time counts against the server's. --out writes the rows as JSON.
 
-Sentences are `SENTENCES` (English, 1-12 words, as the fra-eng test split), cycled.
+Sentences are `SENTENCES` (English, 1-12 words, as the fra-eng test split), cycled, or those
+of --sentences_file (one a line).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ flags.DEFINE_integer("max_batch_sentences", 64, "The server's --max_batch_senten
 flags.DEFINE_multi_string("server_flag", [], "More flags for experiments.serve.")
 flags.DEFINE_integer("startup_timeout", 900, "Seconds to wait for /health to answer 200.")
 flags.DEFINE_string("out", None, "Write the rows as JSON here.")
+flags.DEFINE_string(
+    "sentences_file",
+    None,
+    "Sentences to send, one a line (e.g. English lines of the corpus, long tail and all); "
+    "default `SENTENCES`.",
+)
 
 SENTENCES = [
     "Go.",
@@ -133,8 +140,16 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float) -> float:
     launch.fatal(f"the server did not answer /health with 200 within {timeout:.0f} s.")
 
 
-def load_level(url: str, clients: int, requests: int, body: dict, per_request: int) -> dict:
-    """`requests` POST /translate from `clients` threads; wall time and each latency."""
+def load_level(
+    url: str,
+    clients: int,
+    requests: int,
+    body: dict,
+    per_request: int,
+    sentences: list[str] = SENTENCES,
+) -> dict:
+    """`requests` POST /translate from `clients` threads, of `sentences` cycled; wall time
+    and each latency."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     latencies: list[float] = []
     errors: list[str] = []
@@ -148,7 +163,7 @@ def load_level(url: str, clients: int, requests: int, body: dict, per_request: i
                 i = next(counter, None)
             if i is None:
                 break
-            text = [SENTENCES[(i * per_request + k) % len(SENTENCES)] for k in range(per_request)]
+            text = [sentences[(i * per_request + k) % len(sentences)] for k in range(per_request)]
             payload = json.dumps({**body, "text": text}).encode()
             start = time.perf_counter()
             connection.request("POST", "/translate", payload, {"Content-Type": "application/json"})
@@ -221,6 +236,12 @@ def main(argv: list[str]) -> None:
     ]
     if bool(FLAGS.workdir) == bool(FLAGS.model_dir):
         launch.fatal("give --workdir (a training run) or --model_dir (a CTranslate2 export).")
+    sentences = SENTENCES
+    if FLAGS.sentences_file:
+        text = Path(FLAGS.sentences_file).read_text(encoding="utf-8")
+        sentences = [line.strip() for line in text.splitlines() if line.strip()]
+        if not sentences:
+            launch.fatal(f"--sentences_file={FLAGS.sentences_file} holds no sentence.")
     model = [f"--workdir={FLAGS.workdir}"]
     if FLAGS.model_dir:
         model = ["--engine=ctranslate2", f"--model_dir={FLAGS.model_dir}"]
@@ -232,7 +253,8 @@ def main(argv: list[str]) -> None:
         body = {} if FLAGS.beam_size is None else {"beam_size": FLAGS.beam_size}
         rows = []
         for clients in levels:
-            rows.append(load_level(url, clients, FLAGS.requests, body, FLAGS.sentences_per_request))
+            per_request = FLAGS.sentences_per_request
+            rows.append(load_level(url, clients, FLAGS.requests, body, per_request, sentences))
             print(f"{clients} clients: {rows[-1]['sentences_per_s']:.1f} sentences/s", flush=True)
     finally:
         process.send_signal(2)  # SIGINT: the server shuts down gracefully

@@ -74,7 +74,7 @@ class FakeEngine:
             raise RuntimeError("the engine exploded")
         return [[{"text": f"{line.upper()} b{options.beam_size}"}] for line in lines]
 
-    def warm_up(self, max_sentences):
+    def warm_up(self, max_sentences, stop=None):
         assert self.warmed.wait(60)
         return 0
 
@@ -495,6 +495,36 @@ def test_the_launcher_serves_a_trained_run_and_stops_gracefully(workdir, stop):
         assert status == 200 and len(answer["translations"]) == 2, answer
         reader.join(timeout=10)
         assert rest and rest[0].rstrip().endswith("Server stopped."), rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
+def test_a_server_stopped_while_it_warms_up_ends_cleanly(workdir):
+    """SIGTERM during the warm-up (`docker stop` of a starting container) ended in
+    "terminate called ..." / "Fatal Python error: Aborted" (exit 134) two times in three: the
+    process exited while the warm-up thread compiled. The warm-up now stops after the batch
+    at hand and the server waits for it."""
+    process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=8"])
+    try:
+        url = None
+        for line in process.stderr:
+            found = re.search(r"Serving on (http://\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "the server never said where it listens"
+        status, health = request(url, "GET", "/health")
+        assert (status, health["status"]) == (503, "warming up")
+        time.sleep(1.0)  # into the first compiles
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+        rest = process.stderr.read()
+        assert rest.rstrip().endswith("Server stopped."), rest[-3000:]
+        assert "terminate called" not in rest and "Fatal Python error" not in rest, rest[-3000:]
     finally:
         if process.poll() is None:
             process.kill()

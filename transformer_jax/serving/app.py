@@ -46,12 +46,16 @@ from transformer_jax.serving.requests import Limits, RequestError, parse_transla
 
 logger = logging.getLogger("transformer_jax.serving")
 
+# How long a server stopped during its warm-up waits for the batch at hand to compile.
+WARM_UP_STOP_S = 60
+
 
 @dataclasses.dataclass
 class _State:
     status: str = "warming up"  # -> "ok", or "failed"
     error: str | None = None
     batcher: Batcher | None = None
+    stopping: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 def create_app(
@@ -66,12 +70,13 @@ def create_app(
 ) -> FastAPI:
     """The app over `engine` (`engines.JaxEngine`, `engines.CTranslate2Engine`, or any
     object with their `options(given)`, `translate(lines, options, line_ids=...)`,
-    `warm_up(n)`, `describe()` and optionally `per_line_samples`).
+    `warm_up(n, stop=event)`, `describe()` and optionally `per_line_samples`).
 
     At startup a thread warms the engine up (`warm_up=False`: not) and starts the batcher
     (`window_s`, `max_sentences`, `adaptive`: `batcher.Batcher`); until then /health answers 503
     and /translate 503. If the warm-up raises, /health answers 500 with the reason and
-    `on_failure(reason)` is called (the launcher stops the server).
+    `on_failure(reason)` is called (the launcher stops the server). Stopped during the
+    warm-up, the app sets `stop` and waits for the batch at hand (`WARM_UP_STOP_S` at most).
     """
     state = _State()
 
@@ -79,7 +84,9 @@ def create_app(
         try:
             if warm_up:
                 began = time.perf_counter()
-                batches = engine.warm_up(max_sentences)
+                batches = engine.warm_up(max_sentences, stop=state.stopping)
+                if state.stopping.is_set():
+                    return
                 seconds = time.perf_counter() - began
                 logger.info("warm-up: %d batches compiled and decoded in %.1f s", batches, seconds)
             state.batcher = Batcher(
@@ -94,8 +101,15 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        threading.Thread(target=start, name="warm-up", daemon=True).start()
+        warming = threading.Thread(target=start, name="warm-up", daemon=True)
+        warming.start()
         yield
+        # Stopped while warming up: the batch at hand ends first (a process that exits while
+        # a thread compiles aborts in XLA's C++ teardown: "terminate called ...", exit 134).
+        state.stopping.set()
+        warming.join(timeout=WARM_UP_STOP_S)
+        if warming.is_alive():
+            logger.warning("stopping while the warm-up still compiles (over %d s)", WARM_UP_STOP_S)
         if state.batcher is not None:
             state.batcher.close(timeout=30)
 
