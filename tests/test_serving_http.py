@@ -334,6 +334,15 @@ def test_the_engine_options_start_from_the_servers_defaults(translator):
 # --- the launcher --------------------------------------------------------------------------
 
 
+def _listening_url(process) -> str:
+    """The URL a launched server says it listens on (its stderr read up to that line)."""
+    for line in process.stderr:
+        found = re.search(r"Serving on (http://\S+)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError("the server never said where it listens")
+
+
 def _start(args, env=None):
     process = subprocess.Popen(
         [sys.executable, "-m", "experiments.serve", *args],
@@ -469,13 +478,7 @@ def test_the_launcher_serves_a_trained_run_and_stops_gracefully(workdir, stop):
     "Server stopped." and exit 0."""
     process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=4"])
     try:
-        url = None
-        for line in process.stderr:
-            found = re.search(r"Serving on (http://\S+)", line)
-            if found:
-                url = found.group(1)
-                break
-        assert url, "the server never said where it listens"
+        url = _listening_url(process)
         rest: list[str] = []
         reader = threading.Thread(target=lambda: rest.append(process.stderr.read()), daemon=True)
         reader.start()
@@ -510,13 +513,7 @@ def test_a_server_stopped_while_it_warms_up_ends_cleanly(workdir):
     at hand and the server waits for it."""
     process = _start([f"--workdir={workdir}", "--port=0", "--max_batch_sentences=8"])
     try:
-        url = None
-        for line in process.stderr:
-            found = re.search(r"Serving on (http://\S+)", line)
-            if found:
-                url = found.group(1)
-                break
-        assert url, "the server never said where it listens"
+        url = _listening_url(process)
         status, health = request(url, "GET", "/health")
         assert (status, health["status"]) == (503, "warming up")
         time.sleep(1.0)  # into the first compiles
