@@ -36,13 +36,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import os
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from transformer_jax.data.segmenting import ABBREVIATIONS
+from transformer_jax.runtime.atomic_files import write_text_atomically
 
 TRUECASER_FILE = "truecaser.json"  # beside a run's (and an export's) tokenizers
 # The version of what `learn_forms` learns, in the name of a cached table
@@ -286,14 +285,7 @@ class Truecaser:
         as bytes that are not UTF-8. Written beside `path` and renamed into place, so a
         failure leaves no empty or half-written table (in the shared cache too)."""
         data = {"target_lang": self.target_lang, "forms": dict(self.forms)}
-        path = Path(path)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            text = json.dumps(data, ensure_ascii=False, indent=0) + "\n"
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_text_atomically(path, json.dumps(data, ensure_ascii=False, indent=0) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Truecaser:

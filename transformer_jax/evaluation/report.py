@@ -42,6 +42,7 @@ from transformer_jax.evaluation.stream_encoding import printable
 from transformer_jax.inference import Translator, load_translator, split_checkpoint
 from transformer_jax.inference.run_specs import split_workdirs
 from transformer_jax.runtime import commands, compile_log
+from transformer_jax.runtime.atomic_files import write_texts_together
 from transformer_jax.runtime.messages import first_line
 from transformer_jax.training.builder import mapped_eval_step
 from transformer_jax.training.metrics import sum_tree
@@ -245,7 +246,7 @@ def write_report(
     fix."""
     json_path, md_path = report_paths(out_dir, name)
     try:
-        _write_together(
+        write_texts_together(
             {
                 json_path: json.dumps(report, indent=2, ensure_ascii=False),
                 md_path: format_report(report),
@@ -270,21 +271,6 @@ def write_report(
             report,
         ) from error
     return json_path, md_path
-
-
-def _write_together(texts: dict[Path, str]) -> None:
-    """Each `path.write_text(text)` through a temporary file beside it; the renames come
-    after every temporary is whole, so a failed write (a full disk) leaves the old files, or
-    none, never a truncated one, nor a new one beside an old one."""
-    temporaries = {path: path.with_name(f".{path.name}.tmp") for path in texts}
-    try:
-        for path, text in texts.items():
-            temporaries[path].write_text(text, encoding="utf-8")
-        for path, temporary in temporaries.items():
-            os.replace(temporary, path)
-    finally:
-        for temporary in temporaries.values():
-            temporary.unlink(missing_ok=True)
 
 
 def check_writable(directory: str | Path) -> None:

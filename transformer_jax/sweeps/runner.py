@@ -38,6 +38,7 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.data.config import REPO_ROOT, is_source_checkout
+from transformer_jax.runtime.atomic_files import write_text_atomically
 from transformer_jax.sweeps import hyper, lock
 from transformer_jax.sweeps.child import SignalGuard, SweepInterrupted, run_child
 from transformer_jax.training.config import ConfigError, validate_config
@@ -109,9 +110,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Writes beside `path` and renames into it: a record is whole or not there, even if
     the sweep is stopped while writing it."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(temporary, path)
+    write_text_atomically(path, json.dumps(record))
 
 
 def default_sweep_dir(config_spec: str, sweep_name: str, root: str | Path = DEFAULT_ROOT) -> Path:

@@ -37,6 +37,7 @@ from jax.experimental import multihost_utils
 from transformer_jax.data import check_vocabulary, load_tokenizer, load_tokenizers
 from transformer_jax.data.truecasing import TRUECASER_FILE, Truecaser
 from transformer_jax.nn import ModelConfig
+from transformer_jax.runtime.atomic_files import write_text_atomically
 from transformer_jax.runtime.commands import shell_path, train_command
 from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.lock import trainer_in
@@ -75,9 +76,7 @@ def save_config(config: ml_collections.ConfigDict, workdir: str | Path) -> None:
     """Writes `<workdir>/config.json` atomically (a killed write leaves the old file whole)."""
     path = Path(workdir) / CONFIG_FILE
     text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_json_default)
-    temporary = path.with_name(f".{CONFIG_FILE}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    write_text_atomically(path, text)
 
 
 def load_config(workdir: str | Path) -> ml_collections.ConfigDict:

@@ -16,12 +16,12 @@ preempted jobs does not loop. If it had checkpoints and lost them, it is refused
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from transformer_jax.runtime.atomic_files import write_text_atomically
 from transformer_jax.workdir.checkpoints import (
     CHECKPOINT_DIR,
     CORRUPT_DIR,
@@ -114,13 +114,10 @@ def truncate_metrics(workdir: str | Path, step: int) -> int:
             kept.append(line)
     dropped = len(lines) - len(kept)
     if dropped:
-        temporary = path.with_name(f".{METRICS_FILE}.tmp")
         try:
-            temporary.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+            write_text_atomically(path, "".join(f"{line}\n" for line in kept))
         except OSError as error:  # a full disk: metrics.jsonl is as it was
-            temporary.unlink(missing_ok=True)
             raise WorkdirWriteError.failed(error, path.parent, f"Rewriting {path}") from error
-        os.replace(temporary, path)
     return dropped
 
 
