@@ -94,6 +94,7 @@ SMALLEST_PATHS: dict[str, tuple[list[str], str, int]] = {
     "benchmarks.length_gap": ([f"--workdir={EMPTY}"], NO_RUN, 2),
     # Starts experiments.serve, which refuses the directory: its FATAL line, relayed.
     "benchmarks.serve": ([f"--workdir={EMPTY}", "--clients=1", "--requests=1"], NO_RUN, 2),
+    "benchmarks.serve_ceiling": ([f"--workdir={EMPTY}"], NO_RUN, 2),
     # Minutes even at their smallest (training, or the corpus and a tokenizer to prepare).
     "benchmarks.time_to_bleu": (["--help"], "--checkpoints_min", 0),
     "benchmarks.bucketing": (["--help"], "--steps", 0),
@@ -113,6 +114,7 @@ RUNS_FOR_REAL = {
     "experiments.average_checkpoints": "tests/test_checkpoint_averaging.py",
     "benchmarks.length_gap": "tests/test_benchmark_length_gap.py (its tables)",
     "experiments.serve": "tests/test_serving_http.py (a trained run served, spoken to over HTTP)",
+    "benchmarks.serve_ceiling": "tests/test_benchmark_serve_ceiling.py (on the tiny run)",
 }
 
 
