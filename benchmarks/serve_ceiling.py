@@ -26,6 +26,7 @@ for HTTP, and at many clients the HTTP work shares the cores: `both` estimates e
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import subprocess
@@ -34,8 +35,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from absl import app, flags
 
 from benchmarks.serve_clients import (
     REPO,
@@ -48,20 +47,6 @@ from benchmarks.serve_clients import (
 )
 from transformer_jax import launch
 from transformer_jax.runtime import cpu_devices
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "Training workdir (the JAX engine).")
-flags.DEFINE_string("model_dir", None, "Instead of --workdir: a CTranslate2 export.")
-flags.DEFINE_list("clients", ["1", "8", "64"], "Levels: concurrent clients and batch sizes.")
-flags.DEFINE_integer("sentences", 512, "Sentences (and HTTP requests) timed per level.")
-flags.DEFINE_integer("max_batch_sentences", 64, "The server's --max_batch_sentences.")
-flags.DEFINE_integer("beam_size", None, "Beam width; default the run's (the server's).")
-flags.DEFINE_integer(
-    "cpu_devices", cpu_devices.local_cores(), "The server's --cpu_devices (the JAX engine)."
-)
-flags.DEFINE_string("sentences_file", None, "Sentences, one a line; default `SENTENCES`.")
-flags.DEFINE_bool("server", True, "Measure the real server's one client too.")
-flags.DEFINE_integer("startup_timeout", 900, "Seconds to wait for the server's warm-up.")
 
 # The server's defaults (experiments.serve): a 5 ms window, adaptive batching.
 WINDOW_S = 0.005
@@ -163,12 +148,18 @@ def http_rates(levels: list[int], requests: int, max_sentences: int) -> list[flo
         stop_server(process)
 
 
-def server_one_client(model: list[str], extra: list[str], sentences: list[str]) -> float:
-    """Sentences/s of `experiments.serve` to one client sending `sentences` one a request."""
-    process, url = start_server(model, ["--max_batch_sentences=1", *extra], FLAGS.startup_timeout)
+def server_one_client(
+    model: list[str], beam_size: int | None, sentences: list[str], timeout: float
+) -> float:
+    """Sentences/s of `experiments.serve` (its flags `model`) to one client sending
+    `sentences` one a request; `timeout`: seconds for its warm-up."""
+    extra = ["--max_batch_sentences=1"]
+    if beam_size is not None:
+        extra.append(f"--beam_size={beam_size}")
+    process, url = start_server(model, extra, timeout)
     try:
-        wait_healthy(url, process, FLAGS.startup_timeout)
-        body = {} if FLAGS.beam_size is None else {"beam_size": FLAGS.beam_size}
+        wait_healthy(url, process, timeout)
+        body = {} if beam_size is None else {"beam_size": beam_size}
         # Once untimed first, as the engine's: a line of several sentences is decoded as a
         # batch of its sentences, which a one-sentence server's warm-up did not compile.
         load_level(url, 1, len(sentences), body, 1, sentences)
@@ -202,43 +193,80 @@ def table(
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    levels = [int(c) for c in FLAGS.clients]
-    if min(levels) < 1 or FLAGS.sentences < 1 or FLAGS.max_batch_sentences < 1:
-        launch.fatal("--clients, --sentences and --max_batch_sentences must be >= 1.")
-    if bool(FLAGS.workdir) == bool(FLAGS.model_dir):
-        launch.fatal("give --workdir (a training run) or --model_dir (a CTranslate2 export).")
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    # argparse, not absl flags: importing this module (as its tests do) defines no flags.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="Training workdir (the JAX engine).")
+    parser.add_argument("--model_dir", help="Instead of --workdir: a CTranslate2 export.")
+    parser.add_argument(
+        "--clients", default="1,8,64", help="Levels, comma-separated: clients and batch sizes."
+    )
+    parser.add_argument(
+        "--sentences", type=int, default=512, help="Sentences (and requests) timed per level."
+    )
+    parser.add_argument(
+        "--max_batch_sentences", type=int, default=64, help="The server's --max_batch_sentences."
+    )
+    parser.add_argument("--beam_size", type=int, help="Beam width; default the run's.")
+    parser.add_argument(
+        "--cpu_devices",
+        type=int,
+        default=cpu_devices.local_cores(),
+        help="The server's --cpu_devices (the JAX engine); default one per core.",
+    )
+    parser.add_argument("--sentences_file", help="Sentences, one a line; default `SENTENCES`.")
+    parser.add_argument(
+        "--noserver", action="store_true", help="Do not measure the real server's one client."
+    )
+    parser.add_argument(
+        "--startup_timeout", type=float, default=900, help="Seconds for the server's warm-up."
+    )
+    args = parser.parse_args(argv)
+    try:
+        args.clients = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        parser.error(f"--clients={args.clients}: give whole numbers, comma-separated.")
+    if min(args.clients) < 1 or args.sentences < 1 or args.max_batch_sentences < 1:
+        parser.error("--clients, --sentences and --max_batch_sentences must be >= 1.")
+    if bool(args.workdir) == bool(args.model_dir):
+        parser.error("give --workdir (a training run) or --model_dir (a CTranslate2 export).")
+    for name in ("workdir", "model_dir", "sentences_file"):  # ~ after "=" is not expanded
+        if getattr(args, name):
+            setattr(args, name, str(Path(getattr(args, name)).expanduser()))
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    launch.quiet_library_logs()
     sentences = SENTENCES
-    if FLAGS.sentences_file:
-        text = Path(FLAGS.sentences_file).read_text(encoding="utf-8")
+    if args.sentences_file:
+        text = Path(args.sentences_file).read_text(encoding="utf-8")
         sentences = [line.strip() for line in text.splitlines() if line.strip()]
         if not sentences:
-            launch.fatal(f"--sentences_file={FLAGS.sentences_file} holds no sentence.")
-    sentences = [sentences[i % len(sentences)] for i in range(FLAGS.sentences)]
+            launch.fatal(f"--sentences_file={args.sentences_file} holds no sentence.")
+    sentences = [sentences[i % len(sentences)] for i in range(args.sentences)]
     try:
-        engine = open_engine(FLAGS.workdir, FLAGS.model_dir, FLAGS.beam_size, FLAGS.cpu_devices)
+        engine = open_engine(args.workdir, args.model_dir, args.beam_size, args.cpu_devices)
     except (FileNotFoundError, ValueError) as error:  # not a run or an export: their reasons
         launch.fatal(str(error))
-    batches = [min(clients, FLAGS.max_batch_sentences) for clients in levels]
+    batches = [min(clients, args.max_batch_sentences) for clients in args.clients]
     rates = []
     for batch in batches:
         rates.append(engine_rate(engine, sentences, batch))
         print(f"engine alone, batches of {batch}: {rates[-1]:.1f} sentences/s", flush=True)
     del engine  # the server's cores are its own from here
-    http = http_rates(levels, FLAGS.sentences, FLAGS.max_batch_sentences)
+    http = http_rates(args.clients, args.sentences, args.max_batch_sentences)
     print("HTTP alone (echo): " + ", ".join(f"{h:.1f}" for h in http) + " sentences/s")
     one_client = None
-    if FLAGS.server:
-        model = [f"--workdir={FLAGS.workdir}", f"--cpu_devices={FLAGS.cpu_devices}"]
-        if FLAGS.model_dir:
-            model = ["--engine=ctranslate2", f"--model_dir={FLAGS.model_dir}"]
-        extra = [] if FLAGS.beam_size is None else [f"--beam_size={FLAGS.beam_size}"]
-        one_client = server_one_client(model, extra, sentences)
+    if not args.noserver:
+        model = [f"--workdir={args.workdir}", f"--cpu_devices={args.cpu_devices}"]
+        if args.model_dir:
+            model = ["--engine=ctranslate2", f"--model_dir={args.model_dir}"]
+        one_client = server_one_client(model, args.beam_size, sentences, args.startup_timeout)
         print(f"the server's one client: {one_client:.1f} sentences/s", flush=True)
-    print(table(levels, batches, rates, http, one_client))
+    print(table(args.clients, batches, rates, http, one_client))
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=launch.flags_parser())
+    main()
