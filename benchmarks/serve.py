@@ -11,8 +11,9 @@ warm-up compiles the decoding programs), then for each --clients level sends --r
 `POST /translate` requests of --sentences_per_request sentences from that many client
 threads (each with its own keep-alive connection; a client sends its next request when the
 last is answered) and prints one row per level: requests/s, sentences/s, p50/p99 latency,
-the mean batch the server decoded (from /health's counts) and the speed-up in sentences/s
-over the first level. The clients run in this process, on the same machine as the server:
+the mean batch the server decoded (from /health's counts), the speed-up in sentences/s
+over the first level and the programs the server compiled during the level (the JAX
+engine's count; each one a latency spike a warm-up would have spared). The clients run in this process, on the same machine as the server:
 their own CPU time counts against the server's. --out writes the rows as JSON.
 
 Sentences are `SENTENCES` (English, 1-12 words, as the fra-eng test split), cycled, or those
@@ -62,14 +63,16 @@ flags.DEFINE_string(
 def table(rows: list[dict]) -> str:
     base = rows[0]["sentences_per_s"]
     lines = [
-        "| clients | requests | req/s | sentences/s | p50 ms | p99 ms | mean batch | speed-up |",
-        "|---|---|---|---|---|---|---|---|",
+        "| clients | requests | req/s | sentences/s | p50 ms | p99 ms | mean batch | speed-up "
+        "| compiled |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        compiled = "-" if r["compiled_programs"] is None else r["compiled_programs"]
         lines.append(
             f"| {r['clients']} | {r['requests']} | {r['requests_per_s']:.1f} | "
             f"{r['sentences_per_s']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
-            f"{r['mean_batch']:.1f} | {r['sentences_per_s'] / base:.2f}x |"
+            f"{r['mean_batch']:.1f} | {r['sentences_per_s'] / base:.2f}x | {compiled} |"
         )
     return "\n".join(lines)
 

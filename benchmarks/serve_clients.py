@@ -120,6 +120,14 @@ def load_level(
     if errors:
         launch.fatal(f"{len(errors)} of {requests} requests failed, e.g. {errors[0]}")
     batches = after["batches"] - before["batches"]
+    # Programs the server compiled during this level (the JAX engine counts them): each a
+    # latency spike that a warmed server would not have had.
+    compiled = None
+    if "compiled_while_serving" in after:
+        compiled = (
+            after["compiled_while_serving"]["programs"]
+            - before["compiled_while_serving"]["programs"]
+        )
     sentences = after["batched_sentences"] - before["batched_sentences"]
     return {
         "clients": clients,
@@ -131,6 +139,7 @@ def load_level(
         "p50_ms": 1000 * float(np.percentile(latencies, 50)),
         "p99_ms": 1000 * float(np.percentile(latencies, 99)),
         "mean_batch": sentences / max(batches, 1),
+        "compiled_programs": compiled,
     }
 
 

@@ -88,16 +88,24 @@ def test_one_thread_compiles_each_program_as_its_batch_decodes(translator):
     assert all(thread == here and not active for thread, active, _, _ in calls)
 
 
-def test_the_warm_up_compiles_the_extra_beam_sizes_it_is_given(translator):
+def test_the_warm_up_compiles_the_extra_beam_sizes_it_is_given(translator, caplog):
     """After warm_up with warm_up_beam_sizes=(1,), greedy batches of every row count compile
-    nothing; without it, the first greedy batch compiles."""
+    nothing; without it, the first greedy batch compiles, which the engine counts (/health's
+    `compiled_while_serving`) and logs as a warning."""
     # Each engine's alpha is its own: no other test compiled its programs (alpha is static).
     lines = ["go .", "i lost .", "he is calm !"]
     cold = JaxEngine(translator, text="data", beam_size=2, alpha=0.31, batch_size=4)
     cold.warm_up(max_sentences=4)
-    with compile_log.recording() as log:
+    assert cold.describe()["compiled_while_serving"] == {"programs": 0, "seconds": 0.0}
+    with caplog.at_level(logging.WARNING), compile_log.recording() as log:
         cold.translate(lines, cold.options({"beam_size": 1}))
     assert log.programs  # unwarmed greedy compiles: the check below can fail
+    counted = cold.describe()["compiled_while_serving"]
+    assert counted["programs"] == len(log.programs) and counted["seconds"] > 0
+    assert f"compiled {len(log.programs)} programs" in caplog.text
+    assert "beam_size=1" in caplog.text and "--warm_up_beam_sizes" in caplog.text
+    cold.translate(lines, cold.options({"beam_size": 1}))  # compiled now: nothing more
+    assert cold.describe()["compiled_while_serving"] == counted
     warm = JaxEngine(
         translator, text="data", beam_size=2, alpha=0.37, batch_size=4, warm_up_beam_sizes=[1]
     )
@@ -107,6 +115,7 @@ def test_the_warm_up_compiles_the_extra_beam_sizes_it_is_given(translator):
         for count in (1, 2, 3, 4):
             warm.translate(lines[:count] or lines, warm.options({"beam_size": 1}))
     assert not log.programs, [p.name for p in log.programs]
+    assert warm.describe()["compiled_while_serving"]["programs"] == 0
     with pytest.raises(ValueError, match="whole numbers >= 1"):
         JaxEngine(translator, warm_up_beam_sizes=[0])
 

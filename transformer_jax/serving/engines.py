@@ -29,13 +29,16 @@ with other options compile their own programs on first use. The programs compile
 `warm_up_threads` at a time (`decoding.compile_only.compiling`; default
 `compile_only.default_threads()`: one per host core up to 8, but 1 under the CPU default
 `host_memory="reuse"`), then each batch is decoded once for real, which compiles nothing more
-and shows that every program runs.
+and shows that every program runs. A program compiled after the warm-up (an option or
+shape it did not cover) is logged as a warning and counted in `describe()`'s
+`compiled_while_serving`, which `/health` reports: each was a latency spike of seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,11 +62,12 @@ from transformer_jax.export.ct2_translate import (
     translate_detailed,
 )
 from transformer_jax.inference import Translator, encode_sources
-from transformer_jax.runtime import backend
+from transformer_jax.runtime import backend, compile_log
 from transformer_jax.serving.requests import decode_options
 
 Hypothesis = dict[str, Any]  # {"text": str, "score": float, "log_prob": float}
 _PLAIN = DecodeOptions()  # the option values that ask for nothing beyond beam_size and alpha
+logger = logging.getLogger("transformer_jax.serving")
 
 
 class JaxEngine:
@@ -112,6 +116,8 @@ class JaxEngine:
             group_budgets = backend.expected_platform() == "cpu"
         self.group_budgets = group_budgets
         self.default_options = decode_options(settings, {k: given[k] for k in given if k in names})
+        self.compiled_while_serving = {"programs": 0, "seconds": 0.0}  # after the warm-up
+        self._warming = False
         self.warm_up_options = [self.default_options] + [
             dataclasses.replace(
                 self.default_options, beam_size=b, nbest=min(b, self.default_options.nbest)
@@ -127,7 +133,14 @@ class JaxEngine:
     def describe(self) -> dict[str, Any]:
         """What `/health` reports: the engine, the checkpoint step, the default options."""
         options = dataclasses.asdict(self.default_options)
-        return {"engine": self.name, "step": self.translator.step, "defaults": options}
+        compiled = dict(self.compiled_while_serving)
+        compiled["seconds"] = round(compiled["seconds"], 2)
+        return {
+            "engine": self.name,
+            "step": self.translator.step,
+            "defaults": options,
+            "compiled_while_serving": compiled,
+        }
 
     def translate(
         self,
@@ -150,6 +163,25 @@ class JaxEngine:
         groups = [list(range(len(lines)))]
         if self.group_budgets:
             groups = like_budgets(translator, prepared, max(options.beam_size, options.nbest))
+        with compile_log.recording() as compiled:
+            self._decode_groups(groups, lines, prepared, ids, chosen, natural, results)
+        if compiled.programs and not self._warming:
+            self.compiled_while_serving["programs"] += len(compiled.programs)
+            self.compiled_while_serving["seconds"] += compiled.seconds
+            logger.warning(
+                "a batch of %d lines (beam_size=%d) compiled %d programs in %.1f s while "
+                "serving: the warm-up did not cover them (options other than the defaults: "
+                "--warm_up_beam_sizes).",
+                len(lines),
+                options.beam_size,
+                len(compiled.programs),
+                compiled.seconds,
+            )
+        return results
+
+    def _decode_groups(self, groups, lines, prepared, ids, chosen, natural, results) -> None:
+        """`translate`'s calls, one per group, each line's result put in `results`."""
+        translator = self.translator
         for group in groups:
             settings = dict(chosen)
             if isinstance(chosen.get("prefix"), tuple):  # one per line: this group's
@@ -163,7 +195,6 @@ class JaxEngine:
             done = _results([lines[i] for i in group], out.texts, out.hypotheses, natural)
             for i, result in zip(group, done, strict=True):
                 results[i] = result
-        return results
 
     def warm_up(self, max_sentences: int, stop: threading.Event | None = None) -> int:
         """Compiles the programs of batches of up to `max_sentences` lines with the default
@@ -182,6 +213,13 @@ class JaxEngine:
             for options in self.warm_up_options
         ]
         stopped = stop.is_set if stop is not None else lambda: False
+        self._warming = True
+        try:
+            return self._warm_up(batches, stopped)
+        finally:
+            self._warming = False
+
+    def _warm_up(self, batches: list, stopped: Any) -> int:
         if self.warm_up_threads > 1 and len(batches) > 1:
             with compile_only.compiling(threads=self.warm_up_threads):
                 for batch in batches:  # each returns once its programs are handed over
