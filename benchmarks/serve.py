@@ -13,8 +13,9 @@ threads (each with its own keep-alive connection; a client sends its next reques
 last is answered) and prints one row per level: requests/s, sentences/s, p50/p99 latency,
 the mean batch the server decoded (from /health's counts), the speed-up in sentences/s
 over the first level and the programs the server compiled during the level (the JAX
-engine's count; each one a latency spike a warm-up would have spared). The clients run in this process, on the same machine as the server:
-their own CPU time counts against the server's. --out writes the rows as JSON.
+engine's count; each one a latency spike a warm-up would have spared). The clients run in
+this process, on the same machine as the server: their own CPU time counts against the
+server's. --out writes the rows as JSON.
 
 Sentences are `SENTENCES` (English, 1-12 words, as the fra-eng test split), cycled, or those
 of --sentences_file (one a line).

@@ -117,5 +117,8 @@ def _did_you_mean(value: str, choices: Sequence[str]) -> str:
 
 @functools.cache
 def _import_translate_catalogue() -> None:
-    # The WMT family is not registered by `import tensorflow_datasets` alone.
+    # The WMT family is not registered by `import tensorflow_datasets` alone, nor our fra_eng
+    # builder until its module is imported (here, not at the top: it imports TFDS).
     import tensorflow_datasets.translate  # noqa: F401
+
+    import transformer_jax.data.fra_eng  # noqa: F401

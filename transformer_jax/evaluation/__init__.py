@@ -5,36 +5,35 @@ loop's BLEU evaluator, and the translate command's input and output lines.
 `detokenize_book` (`data.text_form`) are re-exported here beside the plots and scores that
 use them."""
 
-from transformer_jax.data.text_form import detokenize_book
-from transformer_jax.evaluation.bleu import bleu_interval, book_bleu, corpus_bleu, corpus_chrf
-from transformer_jax.evaluation.output_file import write_lines
-from transformer_jax.evaluation.plots import (
-    plot_attention,
-    plot_training_curves,
-    read_metrics,
-    show_heatmaps,
-)
-from transformer_jax.evaluation.report import evaluate_translator, evaluate_workdir, format_report
-from transformer_jax.evaluation.translate_cli import format_lines, read_sentences, translate_workdir
-from transformer_jax.inference.attention_maps import AttentionMaps, attention_weights
+from transformer_jax import lazy
 
-__all__ = [
-    "AttentionMaps",
-    "attention_weights",
-    "bleu_interval",
-    "book_bleu",
-    "corpus_bleu",
-    "corpus_chrf",
-    "detokenize_book",
-    "evaluate_translator",
-    "evaluate_workdir",
-    "format_lines",
-    "format_report",
-    "plot_attention",
-    "plot_training_curves",
-    "read_metrics",
-    "read_sentences",
-    "show_heatmaps",
-    "translate_workdir",
-    "write_lines",
-]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.data.text_form": ["detokenize_book"],
+        "transformer_jax.evaluation.bleu": [
+            "bleu_interval",
+            "book_bleu",
+            "corpus_bleu",
+            "corpus_chrf",
+        ],
+        "transformer_jax.evaluation.output_file": ["write_lines"],
+        "transformer_jax.evaluation.plots": [
+            "plot_attention",
+            "plot_training_curves",
+            "read_metrics",
+            "show_heatmaps",
+        ],
+        "transformer_jax.evaluation.report": [
+            "evaluate_translator",
+            "evaluate_workdir",
+            "format_report",
+        ],
+        "transformer_jax.evaluation.translate_cli": [
+            "format_lines",
+            "read_sentences",
+            "translate_workdir",
+        ],
+        "transformer_jax.inference.attention_maps": ["AttentionMaps", "attention_weights"],
+    },
+)

@@ -3,20 +3,18 @@
 `ctranslate2` and `jax.export` are imported when an exporter runs, not on import.
 """
 
-from transformer_jax.export.ctranslate2 import (
-    UnsupportedModelError,
-    check_supported,
-    convert,
-    export_ctranslate2,
-)
-from transformer_jax.export.stablehlo import export_stablehlo
-from transformer_jax.export.trained_model import load_trained
+from transformer_jax import lazy
 
-__all__ = [
-    "UnsupportedModelError",
-    "check_supported",
-    "convert",
-    "export_ctranslate2",
-    "export_stablehlo",
-    "load_trained",
-]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.export.ctranslate2": [
+            "UnsupportedModelError",
+            "check_supported",
+            "convert",
+            "export_ctranslate2",
+        ],
+        "transformer_jax.export.stablehlo": ["export_stablehlo"],
+        "transformer_jax.export.trained_model": ["load_trained"],
+    },
+)

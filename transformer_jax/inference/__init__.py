@@ -5,21 +5,19 @@ memory; text in, text out. Used by translate, evaluate, the train loop's BLEU, t
     Translator.from_workdir("runs/fra_eng").translate(["go ."])
 """
 
-from transformer_jax.decoding.batch_decode import SourceTooLongError
-from transformer_jax.inference.run_specs import split_checkpoint
-from transformer_jax.inference.settings import DEFAULTS, decode_settings
-from transformer_jax.inference.source_ids import DecodingWarning, EncodedSources, encode_sources
-from transformer_jax.inference.translator import Translations, Translator, load_translator
+from transformer_jax import lazy
 
-__all__ = [
-    "DEFAULTS",
-    "DecodingWarning",
-    "EncodedSources",
-    "SourceTooLongError",
-    "Translations",
-    "Translator",
-    "decode_settings",
-    "encode_sources",
-    "load_translator",
-    "split_checkpoint",
-]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.decoding.batch_decode": ["SourceTooLongError"],
+        "transformer_jax.inference.run_specs": ["split_checkpoint"],
+        "transformer_jax.inference.settings": ["DEFAULTS", "decode_settings"],
+        "transformer_jax.inference.source_ids": [
+            "DecodingWarning",
+            "EncodedSources",
+            "encode_sources",
+        ],
+        "transformer_jax.inference.translator": ["Translations", "Translator", "load_translator"],
+    },
+)

@@ -1,31 +1,24 @@
 """Flax linen modules: they own parameters and call `transformer_jax.ops`."""
 
-from transformer_jax.nn.attention import MultiHeadAttention
-from transformer_jax.nn.blocks import DecoderBlock, EncoderBlock
-from transformer_jax.nn.config import ModelConfig
-from transformer_jax.nn.einsum import Einsum
-from transformer_jax.nn.embedding import Embed, PositionalEncoding
-from transformer_jax.nn.feed_forward import FeedForward
-from transformer_jax.nn.normalization import Norm
-from transformer_jax.nn.residual import Residual
-from transformer_jax.nn.stacks import Decoder, Encoder
-from transformer_jax.nn.transformer import CausalLM, OutputProjection, Packing, Transformer
+from transformer_jax import lazy
 
-__all__ = [
-    "CausalLM",
-    "Decoder",
-    "DecoderBlock",
-    "Einsum",
-    "Embed",
-    "Encoder",
-    "EncoderBlock",
-    "FeedForward",
-    "ModelConfig",
-    "MultiHeadAttention",
-    "Norm",
-    "OutputProjection",
-    "Packing",
-    "PositionalEncoding",
-    "Residual",
-    "Transformer",
-]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.nn.attention": ["MultiHeadAttention"],
+        "transformer_jax.nn.blocks": ["DecoderBlock", "EncoderBlock"],
+        "transformer_jax.nn.config": ["ModelConfig"],
+        "transformer_jax.nn.einsum": ["Einsum"],
+        "transformer_jax.nn.embedding": ["Embed", "PositionalEncoding"],
+        "transformer_jax.nn.feed_forward": ["FeedForward"],
+        "transformer_jax.nn.normalization": ["Norm"],
+        "transformer_jax.nn.residual": ["Residual"],
+        "transformer_jax.nn.stacks": ["Decoder", "Encoder"],
+        "transformer_jax.nn.transformer": [
+            "CausalLM",
+            "OutputProjection",
+            "Packing",
+            "Transformer",
+        ],
+    },
+)

@@ -10,7 +10,12 @@
 Nothing here imports FastAPI except `app`.
 """
 
-from transformer_jax.serving.batcher import Batcher
-from transformer_jax.serving.requests import Limits, RequestError, parse_translate
+from transformer_jax import lazy
 
-__all__ = ["Batcher", "Limits", "RequestError", "parse_translate"]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.serving.batcher": ["Batcher"],
+        "transformer_jax.serving.requests": ["Limits", "RequestError", "parse_translate"],
+    },
+)

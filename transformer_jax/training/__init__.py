@@ -7,38 +7,23 @@
     state = built.parallel.put_replicated(built.init_state())          # mapped steps, state
 """
 
-from transformer_jax.training.builder import Built, build
-from transformer_jax.training.config import (
-    resolve_num_train_steps,
-    training_defaults,
-    validate_config,
-)
-from transformer_jax.training.losses import smoothed_cross_entropy, weighted_loss_sums
-from transformer_jax.training.optimizer import make_optimizer, paper_schedule
-from transformer_jax.training.parallel import DataParallel
-from transformer_jax.training.state import TrainState, create_train_state, model_config_from
-from transformer_jax.training.step import eval_step, train_step, train_steps
-from transformer_jax.training.train import NonFiniteLossError, train_and_evaluate
-from transformer_jax.workdir.checkpoints import NoCheckpointError
+from transformer_jax import lazy
 
-__all__ = [
-    "Built",
-    "DataParallel",
-    "NoCheckpointError",
-    "NonFiniteLossError",
-    "TrainState",
-    "build",
-    "create_train_state",
-    "eval_step",
-    "make_optimizer",
-    "model_config_from",
-    "paper_schedule",
-    "resolve_num_train_steps",
-    "smoothed_cross_entropy",
-    "train_and_evaluate",
-    "train_step",
-    "train_steps",
-    "training_defaults",
-    "validate_config",
-    "weighted_loss_sums",
-]
+__getattr__, __dir__, __all__ = lazy.exports(
+    __name__,
+    {
+        "transformer_jax.training.builder": ["Built", "build"],
+        "transformer_jax.training.config": [
+            "resolve_num_train_steps",
+            "training_defaults",
+            "validate_config",
+        ],
+        "transformer_jax.training.losses": ["smoothed_cross_entropy", "weighted_loss_sums"],
+        "transformer_jax.training.optimizer": ["make_optimizer", "paper_schedule"],
+        "transformer_jax.training.parallel": ["DataParallel"],
+        "transformer_jax.training.state": ["TrainState", "create_train_state", "model_config_from"],
+        "transformer_jax.training.step": ["eval_step", "train_step", "train_steps"],
+        "transformer_jax.training.train": ["NonFiniteLossError", "train_and_evaluate"],
+        "transformer_jax.workdir.checkpoints": ["NoCheckpointError"],
+    },
+)
