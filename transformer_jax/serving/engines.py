@@ -131,7 +131,8 @@ class JaxEngine:
         return decode_options(dataclasses.asdict(self.default_options), given)
 
     def describe(self) -> dict[str, Any]:
-        """What `/health` reports: the engine, the checkpoint step, the default options."""
+        """What `/health` reports: the engine, the checkpoint step, the default options, and
+        the programs compiled since the warm-up (`compiled_while_serving`)."""
         options = dataclasses.asdict(self.default_options)
         compiled = dict(self.compiled_while_serving)
         compiled["seconds"] = round(compiled["seconds"], 2)
@@ -179,7 +180,16 @@ class JaxEngine:
             )
         return results
 
-    def _decode_groups(self, groups, lines, prepared, ids, chosen, natural, results) -> None:
+    def _decode_groups(
+        self,
+        groups: list[list[int]],
+        lines: Sequence[str],
+        prepared: list[str],
+        ids: list[int],
+        chosen: dict[str, Any],
+        natural: Any,
+        results: list[list[Hypothesis]],
+    ) -> None:
         """`translate`'s calls, one per group, each line's result put in `results`."""
         translator = self.translator
         for group in groups:
@@ -219,7 +229,8 @@ class JaxEngine:
         finally:
             self._warming = False
 
-    def _warm_up(self, batches: list, stopped: Any) -> int:
+    def _warm_up(self, batches: list[functools.partial], stopped: Any) -> int:
+        """`warm_up`'s two passes: compile (in worker threads, if several), then decode."""
         if self.warm_up_threads > 1 and len(batches) > 1:
             with compile_only.compiling(threads=self.warm_up_threads):
                 for batch in batches:  # each returns once its programs are handed over
