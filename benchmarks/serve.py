@@ -30,9 +30,9 @@ from pathlib import Path
 from absl import app, flags
 
 from benchmarks.serve_clients import (
-    SENTENCES,
     get_json,
     load_level,
+    read_sentences,
     start_server,
     stop_server,
     wait_healthy,
@@ -96,12 +96,7 @@ def main(argv: list[str]) -> None:
     ]
     if bool(FLAGS.workdir) == bool(FLAGS.model_dir):
         launch.fatal("give --workdir (a training run) or --model_dir (a CTranslate2 export).")
-    sentences = SENTENCES
-    if FLAGS.sentences_file:
-        text = Path(FLAGS.sentences_file).read_text(encoding="utf-8")
-        sentences = [line.strip() for line in text.splitlines() if line.strip()]
-        if not sentences:
-            launch.fatal(f"--sentences_file={FLAGS.sentences_file} holds no sentence.")
+    sentences = read_sentences(FLAGS.sentences_file)
     model = [f"--workdir={FLAGS.workdir}"]
     if FLAGS.model_dir:
         model = ["--engine=ctranslate2", f"--model_dir={FLAGS.model_dir}"]

@@ -28,19 +28,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.serve_clients import (
-    REPO,
     SENTENCES,
-    listening_url,
     load_level,
+    read_sentences,
+    start_python,
     start_server,
     stop_server,
     wait_healthy,
@@ -131,17 +128,8 @@ def engine_rate(engine: Any, sentences: list[str], batch: int) -> float:
 def http_rates(levels: list[int], requests: int, max_sentences: int) -> list[float]:
     """Sentences/s (one a request) of the echo server at each level of clients."""
     code = f"from benchmarks.serve_ceiling import serve_echo; serve_echo({max_sentences})"
-    process = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},  # its log, read here as UTF-8
-        encoding="utf-8",
-        errors="replace",
-    )
+    process, url = start_python(["-c", code], timeout=120)
     try:
-        url = listening_url(process, timeout=120)
         wait_healthy(url, process, timeout=60)
         return [load_level(url, c, requests, {}, 1, SENTENCES)["sentences_per_s"] for c in levels]
     finally:
@@ -239,12 +227,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     launch.quiet_library_logs()
-    sentences = SENTENCES
-    if args.sentences_file:
-        text = Path(args.sentences_file).read_text(encoding="utf-8")
-        sentences = [line.strip() for line in text.splitlines() if line.strip()]
-        if not sentences:
-            launch.fatal(f"--sentences_file={args.sentences_file} holds no sentence.")
+    sentences = read_sentences(args.sentences_file)
     sentences = [sentences[i % len(sentences)] for i in range(args.sentences)]
     try:
         engine = open_engine(args.workdir, args.model_dir, args.beam_size, args.cpu_devices)

@@ -169,9 +169,14 @@ def start_server(
     """`experiments.serve` of `model` (its flags: ["--workdir=..."], or the CTranslate2
     engine's) on a free port; returns the process and its URL once it listens. A server that
     ends first (e.g. a directory without a run) ends this with its FATAL line."""
-    command = [sys.executable, "-m", "experiments.serve", *model, "--port=0"]
+    return start_python(["-m", "experiments.serve", *model, "--port=0", *extra], timeout)
+
+
+def start_python(args: list[str], timeout: float) -> tuple[subprocess.Popen, str]:
+    """`python *args` from the repository, a server that prints "Serving on <url>" on stderr;
+    returns the process and its URL once it listens (`listening_url`)."""
     process = subprocess.Popen(
-        [*command, *extra],
+        [sys.executable, *args],
         cwd=REPO,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -180,6 +185,18 @@ def start_server(
         errors="replace",
     )
     return process, listening_url(process, timeout)
+
+
+def read_sentences(path: str | None) -> list[str]:
+    """The non-blank lines of `path` (UTF-8), stripped; `SENTENCES` for None. A file with
+    none is one FATAL line."""
+    if path is None:
+        return SENTENCES
+    text = Path(path).read_text(encoding="utf-8")
+    sentences = [line.strip() for line in text.splitlines() if line.strip()]
+    if not sentences:
+        launch.fatal(f"--sentences_file={path} holds no sentence.")
+    return sentences
 
 
 def stop_server(process: subprocess.Popen) -> None:
