@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 from tests.helpers import serving_translator
-from transformer_jax.serving.engines import JaxEngine, like_budgets
+from transformer_jax.serving.batch_shapes import like_budgets
+from transformer_jax.serving.engines import JaxEngine
 
 
 def words(n: int, word: str = "go") -> str:

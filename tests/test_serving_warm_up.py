@@ -14,7 +14,8 @@ import pytest
 from tests.helpers import serving_translator
 from transformer_jax.decoding import compile_only
 from transformer_jax.runtime import compile_log
-from transformer_jax.serving.engines import JaxEngine, row_counts
+from transformer_jax.serving.batch_shapes import row_counts
+from transformer_jax.serving.engines import JaxEngine
 
 
 @pytest.fixture(scope="module")

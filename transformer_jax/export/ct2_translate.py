@@ -89,8 +89,8 @@ def export_tokenizer(directory: str | Path) -> Tokenizer:
     2 EPYC cores). An export written again in its place is read again."""
     directory = Path(directory).resolve()
     try:
-        files = sorted(path for path in directory.iterdir() if path.is_file())
-        stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+        stats = sorted((p.name, p.stat()) for p in directory.iterdir() if p.is_file())
+        stamp = tuple((name, st.st_mtime_ns, st.st_size) for name, st in stats)
     except OSError:  # missing or unreadable: load_tokenizer names the problem
         return load_tokenizer(directory)
     return _loaded_tokenizer(str(directory), stamp)

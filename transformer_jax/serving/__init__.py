@@ -4,6 +4,7 @@
   `RequestError`: an HTTP status and a one-line reason).
 - `batcher`: the dynamic batcher (requests of a few milliseconds decoded as one batch).
 - `engines`: the JAX `Translator` or a CTranslate2 export behind the server, and its warm-up.
+- `batch_shapes`: a merged batch's groups of like output budgets, the row counts it pads to.
 - `app`: the FastAPI app and how uvicorn runs it (the optional `[serve]` extra: import it
   only where FastAPI is installed).
 

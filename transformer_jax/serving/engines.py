@@ -45,14 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.decoding import compile_only
-from transformer_jax.decoding.batch_decode import (
-    FIRST_WIDTH,
-    LENGTH_BUCKET,
-    WIDTH_FACTOR,
-    call_rows,
-    output_budget,
-    round_up,
-)
+from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
 from transformer_jax.export.ct2_translate import (
@@ -63,6 +56,7 @@ from transformer_jax.export.ct2_translate import (
 )
 from transformer_jax.inference import Translator, encode_sources
 from transformer_jax.runtime import backend, compile_log
+from transformer_jax.serving.batch_shapes import like_budgets, row_counts
 from transformer_jax.serving.requests import decode_options
 
 Hypothesis = dict[str, Any]  # {"text": str, "score": float, "log_prob": float}
@@ -366,56 +360,3 @@ def _map_prefix(prefix: Any, prepare: Any) -> Any:
     if isinstance(prefix, tuple):
         return tuple(prepare(p) if p else p for p in prefix)
     return prepare(prefix) if prefix else prefix
-
-
-# What like_budgets weighs, in hypothesis-steps (one hypothesis, one search step; ~16 us in a
-# batched beam search of the README model on 2 EPYC cores): a decoding call's fixed cost
-# (~3 ms of padding, placing and dispatch) and a search step's (~0.1 ms, whatever its rows).
-CALL_COST, STEP_COST = 192, 8
-
-
-def like_budgets(
-    translator: Translator, lines: Sequence[str], hypotheses: int = 1
-) -> list[list[int]]:
-    """The indices of `lines` (prepared) in groups of like output budgets, shortest first:
-    the batches a CPU server decodes a merged batch in. A search runs every row of a batch
-    until its longest sentence ends, so a batch of mixed lengths costs rows x the longest
-    budget: 64 random test sentences of the README run (1-15 words), beam 4, took 0.99 s in
-    one batch and 0.26 s in four of one budget each (2 EPYC cores; 0.44 s one at a time).
-    Neighbouring budgets (source tokens rounded up to `LENGTH_BUCKET`) share a group where
-    one call costs less than two: a call costs `CALL_COST`, and each step of its budget
-    `STEP_COST` + its rows (padded as `call_rows` pads them) x `hypotheses` (beam or
-    samples); so a few lines mostly stay one batch. The warm-up compiled every row count:
-    the groups' batches compile nothing new."""
-    settings = translator.settings
-    budget = functools.partial(
-        output_budget,
-        max_len_a=settings["max_len_a"],
-        max_len_b=settings["max_len_b"],
-        max_decode_len=settings["max_decode_len"],
-    )
-    by_width: dict[int, list[int]] = {}
-    for i, line in enumerate(lines):
-        tokens = len(translator.src_tokenizer.encode(line)) + 1  # with <eos>
-        by_width.setdefault(round_up(tokens, LENGTH_BUCKET), []).append(i)
-
-    def cost(group: list[int], width: int) -> int:
-        rows = call_rows(len(group), settings["batch_size"])
-        return CALL_COST + budget(width) * (STEP_COST + rows * hypotheses)
-
-    groups: list[tuple[int, list[int]]] = []  # (the longest width, its lines), widths rising
-    for width in sorted(by_width):
-        group = by_width[width]
-        if groups:
-            last_width, last = groups[-1]
-            if cost(last + group, width) <= cost(last, last_width) + cost(group, width):
-                groups[-1] = (width, last + group)
-                continue
-        groups.append((width, group))
-    return [group for _, group in groups]
-
-
-def row_counts(max_rows: int) -> list[int]:
-    """The row counts batches of 1..max_rows sentences pad to (`decoding.batch_decode.
-    call_rows`: powers of two up to 8, multiples of 8 above, `max_rows` for a full batch)."""
-    return sorted({call_rows(n, max_rows) for n in range(1, max_rows + 1)})
