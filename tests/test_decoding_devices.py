@@ -15,7 +15,7 @@ from tests.helpers import REPO, subprocess_env
 SCRIPT = textwrap.dedent(
     """
     import jax, numpy as np
-    from transformer_jax.decoding import batch_decode
+    from transformer_jax.decoding import batch_decode, shapes
     from transformer_jax.decoding.options import DecodeOptions
     from transformer_jax.testing import random_params, tiny_config
 
@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent(
     assert devices(per, 1) == (1, per) and devices(2 * per, 1) == (2, 2 * per)
     assert devices(3, per) == (2, 4) and devices(200, 1, batch_size=64) == (2, 64)
     # Fewer than a batch: a power of two up to ROW_STEP (8), then a multiple of it.
-    rows = [batch_decode.call_rows(n, 64) for n in (1, 3, 5, 8, 9, 33, 63, 64, 65)]
+    rows = [shapes.call_rows(n, 64) for n in (1, 3, 5, 8, 9, 33, 63, 64, 65)]
     assert rows == [1, 4, 8, 8, 16, 40, 64, 64, 64]
     assert devices(33, 1) == (2, 40) and devices(9, 1) == (2, 16)
 

@@ -226,7 +226,7 @@ def test_a_large_call_decodes_with_one_program_per_width(model):
     batch 16 rows, the last too), and the tokens of decoding the sources of each length
     rounded to 8 together, with their budget compiled in: each source's own budget, whatever
     its batch holds."""
-    from transformer_jax.decoding import batch_decode
+    from transformer_jax.decoding import batch_decode, shapes
     from transformer_jax.runtime import compile_log
 
     cfg, params, _, _ = model
@@ -239,11 +239,11 @@ def test_a_large_call_decodes_with_one_program_per_width(model):
         )
     names = [p.name for p in log.programs if "per_device" in p.name]
     assert len(names) == 2, log.programs
-    widths = [batch_decode.round_up(len(row), 8) for row in sources]
+    widths = [shapes.round_up(len(row), 8) for row in sources]
     for width in sorted(set(widths)):
         chunk = [i for i in range(len(sources)) if widths[i] == width]
-        budget = batch_decode.output_budget(width, **BUDGET)
-        src, src_len = batch_decode.pad_batch([sources[i] for i in chunk], len(chunk), width)
+        budget = shapes.output_budget(width, **BUDGET)
+        src, src_len = shapes.pad_batch([sources[i] for i in chunk], len(chunk), width)
         want = np.asarray(
             beam_decode(
                 cfg, params, src, src_len, beam_size=2, max_decode_len=budget, alpha=0.6

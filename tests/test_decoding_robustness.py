@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import float32_matmuls
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 from transformer_jax.data.word_tokenizer import WordTokenizer
-from transformer_jax.decoding import batch_decode, model_decode, search
+from transformer_jax.decoding import batch_decode, model_decode, search, shapes
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.inference import Translator
 from transformer_jax.inference.notes import cut_note, output_notes
@@ -45,11 +45,11 @@ def sentence(n: int, offset: int = 0) -> str:
 
 
 def test_wide_sources_pad_to_multiples_of_1024_and_decode_in_few_rows():
-    assert [batch_decode.program_width(n) for n in (3, 17, 200, 1000)] == [16, 64, 256, 1024]
+    assert [shapes.program_width(n) for n in (3, 17, 200, 1000)] == [16, 64, 256, 1024]
     # A 5,001-token word padded to 16,384 with 64 rows asked for 550 GB.
-    assert batch_decode.program_width(5001) == 5120
-    assert batch_decode.program_width(5001, position_limit=4096) == 4096
-    assert [batch_decode.rows_for_width(w) for w in (16, 256, 1024, 2048, 5120)] == [
+    assert shapes.program_width(5001) == 5120
+    assert shapes.program_width(5001, position_limit=4096) == 4096
+    assert [shapes.rows_for_width(w) for w in (16, 256, 1024, 2048, 5120)] == [
         64 * 256 * 256 // 256,  # far more than a batch: batch_size decides
         64,
         4,
@@ -57,28 +57,28 @@ def test_wide_sources_pad_to_multiples_of_1024_and_decode_in_few_rows():
         1,
     ]
     lengths = [4] * 70 + [5001, 900, 900, 900, 900, 900]
-    batches = batch_decode.sorted_batches(lengths, 64)
+    batches = shapes.sorted_batches(lengths, 64)
     assert [len(b) for b in batches] == [64, 6, 4, 1, 1]
     assert batches[-1] == [70] and sorted(sum(batches, [])) == list(range(len(lengths)))
 
 
 def test_output_budget_has_a_cap_tied_to_the_training_length():
-    cap = batch_decode.output_cap(64, max_len_a=2.0, max_len_b=10)
+    cap = shapes.output_cap(64, max_len_a=2.0, max_len_b=10)
     assert cap == 2 * 256 + 10 + 6  # the budget of a 256-token source, rounded up to 8
-    assert batch_decode.output_budget(5008, max_len_a=2.0, max_len_b=10, cap=cap) == cap
-    assert batch_decode.output_budget(8, max_len_a=2.0, max_len_b=10, cap=cap) == 32
+    assert shapes.output_budget(5008, max_len_a=2.0, max_len_b=10, cap=cap) == cap
+    assert shapes.output_budget(8, max_len_a=2.0, max_len_b=10, cap=cap) == 32
     # A fixed max_decode_len is the user's: not capped.
-    assert batch_decode.output_budget(8, max_len_a=2, max_len_b=10, max_decode_len=900, cap=cap)
-    assert batch_decode.output_cap(None, max_len_a=2.0, max_len_b=10) is None
+    assert shapes.output_budget(8, max_len_a=2, max_len_b=10, max_decode_len=900, cap=cap)
+    assert shapes.output_cap(None, max_len_a=2.0, max_len_b=10) is None
 
 
 def test_a_very_long_input_among_short_ones_is_translated_in_a_small_batch_and_capped(
     translator, monkeypatch
 ):
-    shapes = []
+    padded = []
     pad = batch_decode.pad_batch
     monkeypatch.setattr(
-        batch_decode, "pad_batch", lambda *a: shapes.append((a[1], a[2])) or pad(*a)
+        batch_decode, "pad_batch", lambda *a: padded.append((a[1], a[2])) or pad(*a)
     )
     lines = ["w1 w2"] * 70 + [sentence(1100)]
     # The random model rarely says <eos>: every output is cut at its budget (one warning).
@@ -87,7 +87,7 @@ def test_a_very_long_input_among_short_ones_is_translated_in_a_small_batch_and_c
     assert all(out.texts) and len(out.texts) == 71
     # The 1,101-token source: its own batch of width 2048, one row (or one per device, a
     # multiple of which every batch has), output cut at the cap.
-    wide = [rows for rows, width in shapes if width == 2048]
+    wide = [rows for rows, width in padded if width == 2048]
     assert wide and max(wide) <= len(jax.local_devices())
     assert len(out.target_ids[70]) == 80 and out.unfinished[70] == 80
     assert output_notes(out.unfinished, first_number=1)[-1] == cut_note(71, 80)

@@ -7,11 +7,7 @@ from transformer_jax import lazy
 __getattr__, __dir__, __all__ = lazy.exports(
     __name__,
     {
-        "transformer_jax.decoding.batch_decode": [
-            "SourceTooLongError",
-            "decode_ids",
-            "output_budget",
-        ],
+        "transformer_jax.decoding.batch_decode": ["decode_ids"],
         "transformer_jax.decoding.model_decode": [
             "NBest",
             "beam_decode",
@@ -23,6 +19,7 @@ __getattr__, __dir__, __all__ = lazy.exports(
         ],
         "transformer_jax.decoding.options": ["DecodeOptions", "Hypotheses"],
         "transformer_jax.decoding.sampling": ["filter_logits", "sample_search"],
+        "transformer_jax.decoding.shapes": ["SourceTooLongError", "output_budget"],
         "transformer_jax.decoding.search": [
             "BeamResult",
             "beam_search",

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.data.vocab import BOS, EOS, EOS_ID, PAD
-from transformer_jax.decoding.batch_decode import LENGTH_BUCKET, output_budget, output_cap, round_up
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.decoding.search import length_penalty
+from transformer_jax.decoding.shapes import LENGTH_BUCKET, output_budget, output_cap, round_up
 
 # CTranslate2's beam search differs from ours in bookkeeping: it refills a finished
 # hypothesis's beam slot from 2W candidates (ours lets the slot go), and stops once

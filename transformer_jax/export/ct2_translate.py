@@ -7,7 +7,7 @@ engine does, from the settings the run recorded in `export.json`: inputs get the
 preprocessing (the book's lowercasing and punctuation spacing for fra_eng); an input of
 several sentences is translated in parts cut at sentence ends (`data.segmenting`, the run's
 `segment_len`); inputs are sorted by length into batches, and each row gets its own output
-budget, as in the JAX engine (`decoding.batch_decode.output_budget` of its own length, at
+budget, as in the JAX engine (`decoding.shapes.output_budget` of its own length, at
 most `output_cap`), so a sentence translates the same alone or beside longer ones (rows of
 one budget go to CTranslate2 together); `<eos>` is never the first token and `<pad>`/`<bos>`
 never written (`decoding.search.ruled_out`); beam search ranks by our length penalty with
@@ -44,9 +44,9 @@ from transformer_jax.data.tokenizers import Tokenizer, load_tokenizer
 from transformer_jax.data.truecasing import Truecaser
 from transformer_jax.data.typography import plain_forms
 from transformer_jax.data.vocab import EOS_ID
-from transformer_jax.decoding.batch_decode import sorted_batches
 from transformer_jax.decoding.defaults import DEFAULTS
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
+from transformer_jax.decoding.shapes import sorted_batches
 from transformer_jax.export.ct2_search import (
     best_hypotheses,
     by_budget,
@@ -284,7 +284,7 @@ def translate_detailed(
     max_len_a, max_len_b, max_decode_len: the output budget, as the JAX engine's: inputs are
       sorted by length into batches of `batch_size`; each row generates at most a·S + b
       tokens, S its own source rounded up to 8, at most `output_cap` (`decoding.
-      batch_decode`), or `max_decode_len`.
+      shapes`), or `max_decode_len`.
     segment_len: inputs longer than this (tokens with `<eos>`) are translated in parts of whole
       sentences of at most this length; 0 = whole.
     compute_type: CTranslate2's ("default" runs the weights as saved, "int8" quantises).

@@ -10,7 +10,7 @@ from transformer_jax import lazy
 __getattr__, __dir__, __all__ = lazy.exports(
     __name__,
     {
-        "transformer_jax.decoding.batch_decode": ["SourceTooLongError"],
+        "transformer_jax.decoding.shapes": ["SourceTooLongError"],
         "transformer_jax.inference.run_specs": ["split_checkpoint"],
         "transformer_jax.inference.settings": ["DEFAULTS", "decode_settings"],
         "transformer_jax.inference.source_ids": [

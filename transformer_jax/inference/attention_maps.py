@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.data.vocab import BOS_ID
-from transformer_jax.decoding.batch_decode import LENGTH_BUCKET, SourceTooLongError, round_up
+from transformer_jax.decoding.shapes import LENGTH_BUCKET, SourceTooLongError, round_up
 from transformer_jax.nn import ModelConfig, Transformer
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from transformer_jax.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from transformer_jax.decoding.batch_decode import LONG_SOURCE_FACTOR
+from transformer_jax.decoding.shapes import LONG_SOURCE_FACTOR
 from transformer_jax.inference.source_ids import EncodedSources, unknown_words
 
 
@@ -30,7 +30,7 @@ def long_note(number: int, tokens: int, in_part: bool, trained_len: int | None) 
 
 def cut_note(number: int, tokens: int, *, numbered_from: int = 1) -> str:
     """Input `number`'s translation was stopped by its output budget (`tokens` generated,
-    no `<eos>`: `decoding.batch_decode.output_budget`), so it may end mid-word.
+    no `<eos>`: `decoding.shapes.output_budget`), so it may end mid-word.
     `numbered_from` 0 says '#i' as `source_ids`' warnings do (an index), 1 a line number."""
     which = f"sentence #{number}" if numbered_from == 0 else f"sentence {number}"
     return (

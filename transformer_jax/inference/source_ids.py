@@ -18,7 +18,7 @@ from typing import Any
 from transformer_jax.data.encoding import encode_text
 from transformer_jax.data.segmenting import segment
 from transformer_jax.data.vocab import UNK_ID
-from transformer_jax.decoding.batch_decode import SourceTooLongError
+from transformer_jax.decoding.shapes import SourceTooLongError
 
 
 class DecodingWarning(UserWarning):

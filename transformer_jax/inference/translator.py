@@ -231,7 +231,7 @@ class Translator:
         warning and the translation "". Each sentence generates at most `max_decode_len`
         tokens if given, else `max_len_a · W + max_len_b`, W its own length rounded up to 8
         (whatever else its batch holds), and no more than a source 4 times `trained_len`
-        would get (`decoding.batch_decode.output_cap`); a translation stopped there gets a
+        would get (`decoding.shapes.output_cap`); a translation stopped there gets a
         `DecodingWarning`. The `DecodeOptions` fields are keywords too (temperature,
         top_k, top_p, seed: sampling; prefix: a forced start; nbest): the best text of each;
         `translate_options` returns the n-best with scores.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from transformer_jax.decoding.batch_decode import LENGTH_BUCKET, call_rows, output_budget, round_up
+from transformer_jax.decoding.shapes import LENGTH_BUCKET, call_rows, output_budget, round_up
 from transformer_jax.inference import Translator
 
 # What like_budgets weighs, in hypothesis-steps (one hypothesis, one search step; ~16 us in a
@@ -62,6 +62,6 @@ def like_budgets(
 
 
 def row_counts(max_rows: int) -> list[int]:
-    """The row counts batches of 1..max_rows sentences pad to (`decoding.batch_decode.
+    """The row counts batches of 1..max_rows sentences pad to (`decoding.shapes.
     call_rows`: powers of two up to 8, multiples of 8 above, `max_rows` for a full batch)."""
     return sorted({call_rows(n, max_rows) for n in range(1, max_rows + 1)})

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer_jax.decoding import compile_only
-from transformer_jax.decoding.batch_decode import FIRST_WIDTH, WIDTH_FACTOR
 from transformer_jax.decoding.options import DecodeOptions, Hypotheses
+from transformer_jax.decoding.shapes import FIRST_WIDTH, WIDTH_FACTOR
 from transformer_jax.evaluation.translate_cli import check_format, format_lines
 from transformer_jax.export.ct2_translate import (
     load_truecaser,
