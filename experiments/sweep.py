@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     if failed:
         print(
             f"FAILED: {len(failed)} of {len(points)} sweep points: "
-            + "; ".join(f"{p.name} ({p.workdir / sweeps.runner.LOG_FILE})" for p in failed)
+            + "; ".join(f"{p.name} ({p.workdir / sweeps.points.LOG_FILE})" for p in failed)
             + ". Re-run the same command to retry them.",
             file=sys.stderr,
         )

@@ -18,7 +18,7 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from transformer_jax import sweeps
 from transformer_jax.inference.run_specs import split_workdirs
-from transformer_jax.sweeps import runner
+from transformer_jax.sweeps.points import DONE_FILE, FAILED_FILE, LOG_FILE
 from transformer_jax.workdir.checkpoints import NoCheckpointError
 
 # --- 1. a comma in a workdir's name -------------------------------------------------------
@@ -145,8 +145,8 @@ def test_a_stopped_sweep_lets_its_trainer_save_and_records_nothing_as_failed(tmp
         "to resume."
     )
     assert (tmp_path / "saved").read_text() == name and _gone(child, 5)
-    assert not (tmp_path / "a=1" / runner.FAILED_FILE).exists()
-    assert not (tmp_path / "a=1" / runner.DONE_FILE).exists()
+    assert not (tmp_path / "a=1" / FAILED_FILE).exists()
+    assert not (tmp_path / "a=1" / DONE_FILE).exists()
 
 
 def test_a_second_signal_stops_the_trainer_at_once(tmp_path):
@@ -192,14 +192,14 @@ def test_a_point_that_succeeds_leaves_no_failed_record(tmp_path):
     point = _point(tmp_path)
 
     def run(p, log_path):  # e.g. written by another process meanwhile
-        (p.workdir / runner.FAILED_FILE).write_text('{"error": "old"}')
+        (p.workdir / FAILED_FILE).write_text('{"error": "old"}')
 
     sweeps.run_sweep([point], log=print, run_point=run)
-    assert point.done and not (point.workdir / runner.FAILED_FILE).exists()
+    assert point.done and not (point.workdir / FAILED_FILE).exists()
 
 
 def test_the_recorded_error_is_this_attempts_fatal_line_not_the_logs_last_line(tmp_path):
-    log = tmp_path / "s" / "a=1" / runner.LOG_FILE
+    log = tmp_path / "s" / "a=1" / LOG_FILE
     script = (  # another process appends to the same log after the FATAL line
         "import sys; print('FATAL: the real reason', flush=True); "
         f"open({str(log)!r}, 'a').write('step 99: loss 1.0\\n'); sys.exit(2)"
@@ -256,15 +256,14 @@ def test_the_plot_leaves_out_missing_values_and_marks_non_finite_ones(tmp_path):
 def test_an_unreadable_done_record_runs_the_point_again_with_a_warning(tmp_path):
     point = _point(tmp_path)
     point.workdir.mkdir(parents=True)
-    (point.workdir / runner.DONE_FILE).write_text("")  # e.g. a full disk
-    (point.workdir / runner.FAILED_FILE).write_text("{garbage")
+    (point.workdir / DONE_FILE).write_text("")  # e.g. a full disk
+    (point.workdir / FAILED_FILE).write_text("{garbage")
     assert not point.done and "unreadable" in point.failure
     logged, calls = [], []
     sweeps.run_sweep([point], log=logged.append, run_point=lambda p, log: calls.append(p))
     assert calls == [point] and point.done
     assert logged[0] == (
-        f"[1/1] a=1: warning: {point.workdir / runner.DONE_FILE} is unreadable, so the point "
-        "runs again"
+        f"[1/1] a=1: warning: {point.workdir / DONE_FILE} is unreadable, so the point runs again"
     )
     (row,) = sweeps.gather([point], tmp_path / "s")
     assert row["status"] == "done"

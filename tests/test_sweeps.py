@@ -9,7 +9,8 @@ import pytest
 from tests.helpers import FLAGS as TINY_RUN
 from tests.helpers import REPO, subprocess_env
 from transformer_jax import sweeps
-from transformer_jax.sweeps import hyper, runner
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.points import DONE_FILE, LOG_FILE
 from transformer_jax.workdir import checkpoints as ckpt
 
 CONFIG = textwrap.dedent(
@@ -164,7 +165,7 @@ def test_unfinished_point_of_another_config_is_refused_too(config_file, tmp_path
 def test_finished_point_without_saved_config_is_refused(config_file, tmp_path):
     (point,) = sweeps.sweep_points(str(config_file), "one", tmp_path)
     point.workdir.mkdir()
-    (point.workdir / runner.DONE_FILE).write_text("{}")
+    (point.workdir / DONE_FILE).write_text("{}")
     with pytest.raises(sweeps.SweepError, match="config.json is missing"):
         sweeps.run_sweep([point], log=_quiet, run_point=_trainer([]))
 
@@ -179,7 +180,7 @@ def test_failed_point_is_recorded_the_rest_continue_and_a_rerun_retries_it(confi
     error = f"exit 2: FATAL: {bad} diverged | badly second line"
     assert points[1].failure == error and f"{bad}: FAILED: {error}" in logged[-3]
     # Each point says where its output goes before it runs.
-    log_file = points[0].workdir / sweeps.runner.LOG_FILE
+    log_file = points[0].workdir / LOG_FILE
     assert logged[0].startswith(f"[1/4] {points[0].name} (log: {log_file}): ")
     rows = sweeps.gather(points, tmp_path / "s")
     assert [r["status"] for r in rows] == ["done", f"FAILED: {error}", "done", "done"]
@@ -204,7 +205,7 @@ def test_training_process_failure_is_one_line_with_the_last_logged_line(tmp_path
     )
     point = _fake_point(tmp_path, "a=1", {"a": 1}, [sys.executable, "-c", script])
     sweeps.run_sweep([point], log=_quiet)
-    log = point.workdir / runner.LOG_FILE
+    log = point.workdir / LOG_FILE
     assert point.failure == f"exit 2: FATAL: invalid config: x (log: {log})"
     header, first = log.read_text().splitlines()[:2]  # each attempt's output is headed
     assert header.startswith("--- sweep attempt, ") and first == "step 1"
@@ -386,7 +387,7 @@ def test_one_real_point_trains_then_its_saved_config_matches_and_it_is_reused(tm
     logged = []
     assert sweeps.run_sweep(points, log=logged.append, timeout=300) == points
     (point,) = points
-    assert point.done, (point.workdir / runner.LOG_FILE).read_text()[-3000:]
+    assert point.done, (point.workdir / LOG_FILE).read_text()[-3000:]
     assert (
         json.loads((point.workdir / "config.json").read_text())["model"]["norm_placement"] == "pre"
     )

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.sweeps.runner import DONE_FILE, TIME_FILE, SweepError, SweepPoint, read_record
+from transformer_jax.sweeps.points import DONE_FILE, TIME_FILE, SweepError, SweepPoint, read_record
 from transformer_jax.workdir.history import read_metrics
 
 COLUMNS = (
