@@ -12,13 +12,15 @@ __getattr__, __dir__, __all__ = lazy.exports(
             "NBest",
             "beam_decode",
             "greedy_decode",
-            "local_mesh",
             "nbest_decode",
-            "sharded_decoder",
-            "sharded_nbest_decoder",
         ],
         "transformer_jax.decoding.options": ["DecodeOptions", "Hypotheses"],
         "transformer_jax.decoding.sampling": ["filter_logits", "sample_search"],
+        "transformer_jax.decoding.sharded": [
+            "local_mesh",
+            "sharded_decoder",
+            "sharded_nbest_decoder",
+        ],
         "transformer_jax.decoding.shapes": ["SourceTooLongError", "output_budget"],
         "transformer_jax.decoding.search": [
             "BeamResult",

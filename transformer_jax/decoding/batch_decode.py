@@ -34,7 +34,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from transformer_jax.data.vocab import EOS_ID, PAD_ID
-from transformer_jax.decoding import compile_only, model_decode
+from transformer_jax.decoding import compile_only, sharded
 from transformer_jax.decoding.options import DecodeOptions
 from transformer_jax.decoding.shapes import (
     LENGTH_BUCKET,
@@ -68,7 +68,7 @@ def _call_mesh(n: int, batch_size: int, hypotheses: int) -> tuple[Any, int]:
     rows = _batch_rows(n, batch_size, 1)
     fit = rows * hypotheses // MIN_HYPOTHESES_PER_DEVICE
     devices = max(1, min(len(jax.local_devices()), fit))
-    return model_decode.local_mesh(devices), _batch_rows(n, batch_size, devices)
+    return sharded.local_mesh(devices), _batch_rows(n, batch_size, devices)
 
 
 def _placed(params: Any, mesh: Any, cache: MutableMapping[Any, Any] | None) -> Any:
@@ -121,7 +121,7 @@ def decode_ids(
     )  # fmt: skip
 
     def decode(batch: _Batch) -> np.ndarray:
-        decoder = model_decode.sharded_decoder(
+        decoder = sharded.sharded_decoder(
             call.cfg,
             beam_size=beam_size,
             max_decode_len=call.budget(batch.width),
@@ -333,7 +333,7 @@ def decode_nbest(
                 prefix[r, : len(prefixes[i])] = prefixes[i]
         row_ids = np.zeros((num_rows, ids.shape[1]), np.int32)
         row_ids[: len(chunk)] = ids[chunk]  # a source's samples follow its id (sampling.row_keys)
-        decode = model_decode.sharded_nbest_decoder(
+        decode = sharded.sharded_nbest_decoder(
             call.cfg,
             beam_size=options.beam_size,
             nbest=options.nbest,

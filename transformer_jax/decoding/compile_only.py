@@ -13,7 +13,7 @@ needs (batch rows, program widths, devices) follows from its sentences (`batch_d
 the surest way to compile them ahead (a server's warm-up; a training run's evaluation and
 report programs, in a background thread while it trains: `training.precompile`) is to make
 that very call with the decoders switched to compiling: inside `compiling()`, each jitted
-decoder (`model_decode.sharded_decoder`, `sharded_nbest_decoder`) traces, lowers and compiles
+decoder (`sharded.sharded_decoder`, `sharded_nbest_decoder`) traces, lowers and compiles
 for its arguments, which fills the jitted function's own cache (a later call with the same
 shapes and shardings compiles nothing), and returns zeros of its output's shape instead of
 running: the caller's "translations" are empty. A program this process has already compiled

@@ -3,7 +3,7 @@
 JAX gives the CPU backend one device, whose programs run their ops one after another and
 spread only the large ones (matmuls) over the cores. Decoding is a loop of small steps, so
 the cores idle through its elementwise work, top-k and cache updates. With N CPU devices
-`decoding.decode_ids` splits each batch over them (`model_decode.sharded_decoder`, no
+`decoding.decode_ids` splits each batch over them (`decoding.sharded.sharded_decoder`, no
 collectives) and N step loops run side by side, each on its own rows; the tokens are the
 same (tested). On 2 AMD EPYC cores, 2 devices decoded the random `small` model's 64
 sentences 10-14 % faster with greedy and with beam 4 (benchmarks/README.md); a model as
