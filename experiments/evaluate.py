@@ -26,6 +26,7 @@ from transformer_jax import launch
 
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (shared with translate)
+launch.define_compilation_cache_flag()  # --compilation_cache_dir (as train's)
 flags.DEFINE_string(
     "split",
     None,
@@ -70,6 +71,7 @@ def main(argv: list[str]) -> None:
         run = first_workdir(FLAGS.workdir)  # an ensemble's first run holds the report
         configure_process(load_config(run))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.use_compilation_cache(FLAGS.compilation_cache_dir)
         launch.start_backend()
         settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         split = FLAGS.split or load_config(run).data.test_split

@@ -26,6 +26,7 @@ from transformer_jax.runtime import cpu_devices
 
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (as translate's)
+launch.define_compilation_cache_flag()  # --compilation_cache_dir (as train's)
 # A server decodes batches of many requests: one CPU device per core (translate's default is
 # JAX's one device). On 2 cores, 8 clients got 276-292 sentences/s with 2 devices, 241 with
 # one (benchmarks/README.md, "Speed"); a batch too small to gain decodes on one anyway.
@@ -173,6 +174,7 @@ def _engine():
         # The (first) run's process settings (XLA flags, allocator) before JAX starts.
         configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.use_compilation_cache(FLAGS.compilation_cache_dir)
         launch.start_backend()
         # The decoding options' flags (--nbest, --temperature, ...) are request defaults too.
         values = {**launch.decoding_flag_values(), **launch.decoding_option_values()}

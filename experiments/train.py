@@ -63,11 +63,7 @@ flags.DEFINE_bool(
 flags.DEFINE_string("coordinator_address", "", "host:port of process 0 (multi-host only).")
 flags.DEFINE_integer("num_processes", 1, "Number of processes (multi-host only).")
 flags.DEFINE_integer("process_id", 0, "This process's index (multi-host only).")
-flags.DEFINE_string(
-    "compilation_cache_dir",
-    "~/.cache/transformer_jax/xla",
-    "Persistent XLA compilation cache (a restarted run skips recompiling); '' = off.",
-)
+launch.define_compilation_cache_flag()  # --compilation_cache_dir (as translate's)
 
 
 def main(argv: list[str]) -> None:
@@ -136,10 +132,7 @@ def _launch() -> None:
     except ConfigError as error:
         launch.fatal(f"invalid config: {error}")
     configure_process(FLAGS.config)  # XLA flags and host memory: before JAX starts its backend
-    if FLAGS.compilation_cache_dir and not jax.config.jax_compilation_cache_dir:
-        jax.config.update(
-            "jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache_dir)
-        )
+    launch.use_compilation_cache(FLAGS.compilation_cache_dir)
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     launch.start_backend()
     from transformer_jax import training  # after distributed.initialize: it touches devices

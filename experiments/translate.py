@@ -57,6 +57,7 @@ from transformer_jax import launch
 
 FLAGS = flags.FLAGS
 launch.define_decoding_flags()  # --workdir, --step, --beam_size, ... (shared with evaluate)
+launch.define_compilation_cache_flag()  # --compilation_cache_dir (as train's)
 flags.DEFINE_string("input_file", None, "File with one sentence per line ('-' = stdin).")
 flags.DEFINE_string(
     "output_file",
@@ -120,6 +121,7 @@ def main(argv: list[str]) -> None:
         # The (first) run's process settings (XLA flags, allocator) before JAX starts.
         configure_process(load_config(first_workdir(FLAGS.workdir)))
         cpu_devices.apply(FLAGS.cpu_devices)
+        launch.use_compilation_cache(FLAGS.compilation_cache_dir)
         launch.start_backend()
         with _output(streaming) as output:  # opened before decoding: a bad path fails now
             if streaming:

@@ -7,6 +7,7 @@ import pytest
 
 from transformer_jax import (
     launch,
+    launch_cache,
     launch_config_args,
     launch_decoding_flags,
     launch_help,
@@ -17,6 +18,11 @@ from transformer_jax.training import config_files
 
 # Where each name lives since launch.py was split (every public name it had before).
 HOMES = {
+    launch_cache: (
+        "DEFAULT_COMPILATION_CACHE_DIR",
+        "define_compilation_cache_flag",
+        "use_compilation_cache",
+    ),
     launch_config_args: ("check_config_args", "check_overrides", "resolve_config_args"),
     launch_decoding_flags: (
         "DECODING_KEYWORDS",

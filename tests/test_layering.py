@@ -27,12 +27,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("training", "inference"),  # the train loop; the Translator
     ("evaluation", "export", "sweeps"),  # reports and evaluators; exports; sweep runner
     ("serving",),  # the HTTP server: a Translator or an export (engines), batcher, app
-    (  # the parts of launch: --help, renamed flags, --config checks, log filters, decoding flags
+    (  # the parts of launch: --help, renamed flags, --config checks, logs, decoding flags, cache
         "launch_help",
         "launch_renamed_flags",
         "launch_config_args",
         "launch_logs",
         "launch_decoding_flags",
+        "launch_cache",
     ),
     ("launch", "testing"),  # what launchers check; helpers for tests and benchmarks
 ]

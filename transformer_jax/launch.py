@@ -34,6 +34,8 @@ module, and every public name is offered here too:
   launch_logs            `quiet_library_logs()`: orbax's and JAX's routine records dropped
   launch_decoding_flags  `define_decoding_flags()`: the flags translate, evaluate and serve
                          share; `decoding_flag_values()` reads them back as keywords
+  launch_cache           `--compilation_cache_dir` and `use_compilation_cache()`: compiled
+                         programs kept on disk for the next command
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ import ml_collections
 from absl import flags
 
 from transformer_jax.evaluation.stream_encoding import lenient_stdout
+from transformer_jax.launch_cache import (
+    DEFAULT_COMPILATION_CACHE_DIR,
+    define_compilation_cache_flag,
+    use_compilation_cache,
+)
 from transformer_jax.launch_config_args import (
     check_config_args,
     check_overrides,
@@ -74,6 +81,7 @@ from transformer_jax.training.config_files import (
 # What launchers find here: the helpers of the launch_* modules and training.config_files.
 __all__ = [
     "DECODING_KEYWORDS",
+    "DEFAULT_COMPILATION_CACHE_DIR",
     "OPTION_KEYWORDS",
     "RENAMED_FLAGS",
     "SHIPPED_CONFIGS",
@@ -82,6 +90,7 @@ __all__ = [
     "check_overrides",
     "decoding_flag_values",
     "decoding_option_values",
+    "define_compilation_cache_flag",
     "define_decoding_flags",
     "fatal",
     "flags_parser",
@@ -94,6 +103,7 @@ __all__ = [
     "resolve_config_path",
     "start_backend",
     "stdout_closed",
+    "use_compilation_cache",
 ]
 
 
