@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -83,7 +84,7 @@ class DataParallel:
             # Through a pmap itself: the arrays then carry exactly the sharding of the
             # step's outputs, so the donated state never forces a retrace.
             lanes = np.zeros(jax.local_device_count(), np.int32)
-            return _pmap_replicated_state(lambda x, _: x, donate=False)(tree, lanes)
+            return _replicate()(tree, lanes)
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(
             lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree
@@ -158,10 +159,40 @@ def _pmap_replicated_state(fn: Callable, donate: bool) -> Callable:
     entry: the compiled `small` step had 394 entry copies, 54 this way (step 629 -> 603
     ms in turns; benchmarks/LOG.md).
     """
-    return jax.pmap(
+    mapped = jax.pmap(
         fn,
         axis_name=DATA_AXIS,
         in_axes=(None, 0),
         out_axes=None,
         donate_argnums=(0,) if donate else (),
     )
+    _release_with(mapped, fn)
+    return mapped
+
+
+def _identity(tree: Any, _lane: Any) -> Any:
+    return tree
+
+
+@functools.cache
+def _replicate() -> Callable:
+    """The pmapped identity of `put_replicated`: one per process (its programs, one per
+    state structure, are traced and compiled once, not at every call)."""
+    return _pmap_replicated_state(_identity, donate=False)
+
+
+def _release_with(mapped: Callable, fn: Callable) -> None:
+    """Drops JAX's cached programs of `jax.pmap(fn)` when `mapped` is garbage-collected.
+
+    JAX 0.10 builds pmap on shard_map and caches each function's traced and compiled
+    programs in a `WeakKeyDictionary` keyed by `fn` whose entries reference `fn` (the
+    cache `jax._src.pmap._cached_shard_map`), so no entry ever goes: every run in one
+    process (a notebook, in-process sweeps, the tests) kept its train and eval steps'
+    jaxprs and executables, ~50 MB a tiny run on CPU. `jax.jit` has no such cycle. Where a
+    JAX version lacks the cache's `evict_function`, nothing is registered.
+    """
+    from jax._src import pmap as jax_pmap  # private: read defensively
+
+    evict = getattr(getattr(jax_pmap, "_cached_shard_map", None), "evict_function", None)
+    if callable(evict):
+        weakref.finalize(mapped, evict, fn)
