@@ -187,12 +187,14 @@ def _release_with(mapped: Callable, fn: Callable) -> None:
     JAX 0.10 builds pmap on shard_map and caches each function's traced and compiled
     programs in a `WeakKeyDictionary` keyed by `fn` whose entries reference `fn` (the
     cache `jax._src.pmap._cached_shard_map`), so no entry ever goes: every run in one
-    process (a notebook, in-process sweeps, the tests) kept its train and eval steps'
+    process (a notebook, a script of several runs, the tests) kept its train and eval steps'
     jaxprs and executables, ~50 MB a tiny run on CPU. `jax.jit` has no such cycle. Where a
-    JAX version lacks the cache's `evict_function`, nothing is registered.
+    JAX version lacks that module, cache or its `evict_function`, nothing is registered.
     """
-    from jax._src import pmap as jax_pmap  # private: read defensively
-
+    try:
+        from jax._src import pmap as jax_pmap  # private: read defensively
+    except ImportError:
+        return
     evict = getattr(getattr(jax_pmap, "_cached_shard_map", None), "evict_function", None)
     if callable(evict):
         weakref.finalize(mapped, evict, fn)
