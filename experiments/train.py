@@ -174,6 +174,7 @@ def _train_and_report(training) -> None:
     )
     from transformer_jax.evaluation.evaluators import ValidationBleu
     from transformer_jax.evaluation.report_ahead import compile_test_report
+    from transformer_jax.runtime.device_memory import DeviceMemoryError
     from transformer_jax.training.finetune import InitFromError
     from transformer_jax.training.preemption import Preempted
     from transformer_jax.workdir.checkpoint_saves import CheckpointSaveError
@@ -208,6 +209,7 @@ def _train_and_report(training) -> None:
         ConfigMismatchError,
         CorruptArchiveError,
         DataPositionError,  # resumed with another data setup (or device count)
+        DeviceMemoryError,  # the device ran out of memory: the last checkpoint is intact
         DatasetReadError,  # the built dataset: damaged, or built from another zip
         SplitError,  # a split or slice the dataset does not have
         DownloadError,
@@ -228,12 +230,26 @@ def _train_and_report(training) -> None:
             logging.info("Test report: run `python -m experiments.evaluate --workdir=...`.")
             return
         from transformer_jax.evaluation.report import ReportWriteError, test_report
+        from transformer_jax.runtime import device_memory
 
         _STAGE[0] = "during the closing report"
         try:
-            test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
-        except ReportWriteError as error:  # printed, not written (a full disk): the model is saved
+            with device_memory.out_of_memory("decoding the closing test report", _report_fixes):
+                test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
+        except (ReportWriteError, DeviceMemoryError) as error:  # the model is saved
             launch.fatal(str(error))
+
+
+def _report_fixes() -> str:
+    """What a closing report that ran out of device memory can change (`eval.*`, which a
+    finished run's command accepts: it then writes the report alone)."""
+    e = FLAGS.config.eval
+    return (
+        "The trained model is saved. Re-run the same command with a smaller "
+        f"--config.eval.decode_batch_size (now {e.decode_batch_size} sentences) or "
+        f"--config.eval.beam_size (now {e.beam_size}): it writes the report from the last "
+        "checkpoint."
+    )
 
 
 def _reports_here() -> bool:

@@ -142,7 +142,7 @@ def test_bad_variant_argument_lists_the_choices():
         (lambda c: c.update({"parallelism": "dp"}), "pmap.*shard_map"),
         (lambda c: c.update({"optimizer": "sgd"}), "adam"),
         (lambda c: c.update({"num_epochs": 3}), "exactly one of num_train_steps"),
-        (lambda c: c.update({"grad_accum_steps": 3}), "must divide the per-device batch"),
+        (lambda c: c.update({"grad_accum_steps": 3}), "must divide the rows each device"),
         (lambda c: c.update({"label_smoothing": 1.0}), "label_smoothing"),
         (lambda c: c.eval.update({"beam_size": 0}), "eval.beam_size"),
         (lambda c: c.eval.update({"segment_len": -1}), "eval.segment_len must be an integer >= 0"),

@@ -224,15 +224,16 @@ class TrainIterator:
         if not self._batch_tokens:
             return self._global_batch
         width = max(self._max_src, self._max_tgt)
-        return max(self._batch_tokens // width // self._shards * self._shards, self._shards)
+        return bucketing.token_budget_rows(self._batch_tokens, width, self._shards)
 
     def bucket_rows(self, bucket: int) -> int:
         """Global rows of a batch of `bucket`: `global_batch`, or with `batch_tokens` as many
         rows of that width as fit the token budget (a multiple of processes · row_multiple)."""
         if not self._batch_tokens:
             return self._global_batch
-        rows = self._batch_tokens // self._boundaries[bucket] // self._shards * self._shards
-        return max(rows, self._shards)
+        return bucketing.token_budget_rows(
+            self._batch_tokens, self._boundaries[bucket], self._shards
+        )
 
     def _token_plan(self, order: np.ndarray, rng: np.random.Generator) -> list:
         """Batches of about `batch_tokens` padded tokens (fairseq's --max-tokens): short

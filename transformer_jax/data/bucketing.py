@@ -31,6 +31,13 @@ def resolve_boundaries(
     return tuple(chosen) + (max_len,)
 
 
+def token_budget_rows(batch_tokens: int, width: int, shards: int) -> int:
+    """Global rows of a batch of `width`-token rows within `batch_tokens` padded tokens (fairseq's
+    --max-tokens): as many as fit, rounded down to a multiple of `shards` (processes · devices,
+    so every device gets as many), at least one a shard."""
+    return max(batch_tokens // width // shards * shards, shards)
+
+
 def bucket_ids(encoded: EncodedPairs, boundaries: Sequence[int]) -> np.ndarray:
     """(N,) index of the smallest boundary >= max(src_len, tgt_len) of each example."""
     lengths = np.maximum(encoded.src_len, encoded.tgt_len)

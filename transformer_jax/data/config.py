@@ -11,7 +11,7 @@ from pathlib import Path
 
 import ml_collections
 
-from transformer_jax.data import catalogue, splitting
+from transformer_jax.data import bucketing, catalogue, splitting
 from transformer_jax.data.encoding import LONG_PAIRS
 from transformer_jax.runtime.commands import is_source_checkout
 
@@ -188,6 +188,26 @@ def check_data_devices(
             f"device: max length {max(cfg.max_src_len, cfg.max_tgt_len)} x {shards} shards; "
             f"use >= {max(cfg.max_src_len, cfg.max_tgt_len) * shards}."
         )
+
+
+def train_batch_rows(cfg: ml_collections.ConfigDict, shards: int) -> dict[str, int]:
+    """Global rows of every batch shape the train iterator makes (`data.batching`), each named
+    by what sets it: `batch_size` rows, or with `batch_tokens` the rows of the packed width or
+    of each bucket's width that fit the budget (`bucketing.token_budget_rows`; `shards` =
+    processes · devices a process)."""
+    if not cfg.batch_tokens or not (cfg.packing or cfg.bucketing):
+        return {f"data.batch_size={cfg.batch_size}": cfg.batch_size}
+    if cfg.packing:
+        widths: tuple[int, ...] = (max(cfg.max_src_len, cfg.max_tgt_len),)
+    else:
+        widths = bucketing.resolve_boundaries(
+            cfg.bucket_boundaries, cfg.bucket_step, cfg.max_src_len, cfg.max_tgt_len
+        )
+    kind = "packed rows" if cfg.packing else "bucket"
+    return {
+        f"{kind} of {width} tokens": bucketing.token_budget_rows(cfg.batch_tokens, width, shards)
+        for width in widths
+    }
 
 
 def check_data_values(cfg: ml_collections.ConfigDict) -> None:

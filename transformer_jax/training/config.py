@@ -23,7 +23,12 @@ import math
 import ml_collections
 
 from transformer_jax import runtime
-from transformer_jax.data.config import check_data_devices, check_data_values, data_config
+from transformer_jax.data.config import (
+    check_data_devices,
+    check_data_values,
+    data_config,
+    train_batch_rows,
+)
 from transformer_jax.decoding.defaults import DEFAULTS as DECODING
 from transformer_jax.nn import ModelConfig
 from transformer_jax.ops.matmul import GRADIENTS
@@ -245,12 +250,20 @@ def _check_devices(
 ) -> None:
     """The checks of the config against the devices: whole batches per device."""
     check_data_devices(config.data, num_devices=num_devices, process_count=process_count)
-    per_device = config.data.batch_size // (process_count * num_devices)
-    if per_device % config.grad_accum_steps:
+    # Each device's rows are cut into grad_accum_steps micro-batches (training/step.py), in
+    # every batch shape: data.batch_size rows, or with data.batch_tokens those of each width.
+    shards = process_count * num_devices
+    per_device = {
+        what: rows // shards for what, rows in train_batch_rows(config.data, shards).items()
+    }
+    if any(rows % config.grad_accum_steps for rows in per_device.values()):
+        common = math.gcd(*per_device.values())
+        rows = ", ".join(f"{what}: {n}" for what, n in per_device.items())
         raise ValueError(
-            f"grad_accum_steps={config.grad_accum_steps} must divide the per-device batch "
-            f"data.batch_size / (processes · devices) = {config.data.batch_size} / "
-            f"({process_count} · {num_devices}) = {per_device}."
+            f"grad_accum_steps={config.grad_accum_steps} must divide the rows each device gets "
+            f"of every training batch ({process_count} process(es) · {num_devices} device(s); "
+            f"{rows}); choose one of {[d for d in range(1, common + 1) if common % d == 0]}"
+            + ("; data.packing=True makes one row count." if common == 1 < len(per_device) else ".")
         )
 
 

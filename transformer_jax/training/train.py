@@ -52,6 +52,7 @@ from transformer_jax.training.evaluators import (
     MakeEvaluator,
 )
 from transformer_jax.training.metrics import MetricWriter, Progress, log, sum_tree, summarize
+from transformer_jax.training.out_of_memory import MemoryWatch
 from transformer_jax.training.parallel import DataParallel
 from transformer_jax.training.restore import restore_or_init
 from transformer_jax.training.state import TrainState
@@ -115,7 +116,10 @@ def train_and_evaluate(
     workdir = check_workdir(workdir)
     configure_process(config)  # before anything computes (XLA flags, host memory)
     is_main = jax.process_index() == 0
-    with workdir_lock.hold(workdir, enabled=is_main):  # process 0's, for all (one workdir)
+    # Out of device memory anywhere inside: one line, once the last save is complete.
+    memory = MemoryWatch(config, workdir)
+    # The lock is process 0's, for all (one workdir).
+    with workdir_lock.hold(workdir, enabled=is_main), memory.watching():
         # ------------------------------------------------------------ validate and set up
         devices, processes = jax.local_device_count(), jax.process_count()
         validate_config(config, num_devices=devices, process_count=processes)
@@ -172,6 +176,7 @@ def train_and_evaluate(
             while step < total_steps:
                 n = min(config.steps_per_call, _next_boundary(config, step, total_steps) - step)
                 batches = [next(train_iter) for _ in range(n)]
+                memory.at("train", step + 1)
                 with compile_log.kind("train step"):
                     device_state, metrics = _train_call(built, device_state, batches)
                 ahead.start(device_state.params)  # the first time: the step is compiled now
@@ -186,18 +191,21 @@ def train_and_evaluate(
                 do_save = last or signalled or _every(step, config.checkpoint_every_steps)
                 if do_eval or do_save or _every(step, config.log_every_steps):
                     summary, pending = log_and_check(run, pending, step, progress), []
+                    memory.checked(step)
                 if do_save:  # asynchronous write; NaN states never get here
                     save(run, saves, device_state, meta, step)
                 if signalled:  # `saves.close()` below waits for the save before this is reported
                     raise preemption.Preempted(signalled, step)
                 if do_eval:
                     ahead.wait_for_eval()  # its programs, if being compiled: never twice
+                    memory.at("eval", step)
                     final = evaluate(run, device_state.params, step)
                 if ended:
                     break
 
             # ------------------------------------------------------------ final evaluation
             if final is None:  # nothing left to train: the checkpoint was already at the last step
+                memory.at("eval", step)
                 final, summary = _nothing_to_train(run, device_state.params, start_step)
             signalled = stop.requested(step, every=1)  # during the final evaluation
             if signalled:  # the last step is saved: the same command evaluates again

@@ -1,0 +1,153 @@
+"""A device out of memory is one line that names the stage, what is saved and what fits.
+
+XLA's real error is provoked where it is cheap and certain: an allocation above any machine's
+address space (in-process), and a training run whose train step needs 240 GiB, in a process
+whose address space is capped (`RLIMIT_AS`, so that no machine's overcommit lets it through).
+Later stages (a step after a checkpoint, the validation pass) get XLA's error injected where
+JAX would raise it, in the launcher's own process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from configs import fra_eng
+from tests.helpers import REPO, one_fatal_line, subprocess_env
+from tests.test_training_faults import launch, needs_corpus
+from tests.tiny_run import tiny_command
+from transformer_jax.runtime import device_memory
+from transformer_jax.training.out_of_memory import next_grad_accum
+
+OOM = "RESOURCE_EXHAUSTED: Out of memory allocating 3221225472 bytes."
+
+
+def _real_out_of_memory() -> jax.errors.JaxRuntimeError:
+    """XLA:CPU's own error: 256 TiB, above the 128 TiB a Linux process can address."""
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        jax.jit(lambda: jnp.ones((1 << 46,), jnp.float32))().block_until_ready()
+    return caught.value
+
+
+def test_xla_out_of_memory_is_recognised_and_described():
+    error = _real_out_of_memory()
+    assert device_memory.is_out_of_memory(error)
+    text = device_memory.describe(error, "in a test")
+    assert text.startswith("The host (XLA:CPU) ran out of memory in a test (XLA: Out of memory")
+    assert "281474976710656 bytes (262144.0 GiB)" in text, text
+    assert not device_memory.is_out_of_memory(jax.errors.JaxRuntimeError("INTERNAL: other"))
+    assert not device_memory.is_out_of_memory(MemoryError("RESOURCE_EXHAUSTED"))
+
+
+def test_the_context_converts_only_out_of_memory_and_reads_its_texts_late():
+    where = ["before"]
+    with pytest.raises(device_memory.DeviceMemoryError) as caught:
+        with device_memory.out_of_memory(lambda: where[0], "Fix it."):
+            where[0] = "after"
+            raise jax.errors.JaxRuntimeError(OOM)
+    message = str(caught.value)
+    assert "ran out of memory after (XLA: Out of memory allocating 3221225472 bytes (3.0 GiB))" in (
+        message
+    ), message
+    assert message.endswith(". Fix it."), message
+    assert isinstance(caught.value.__cause__, jax.errors.JaxRuntimeError)
+    other = jax.errors.JaxRuntimeError("INVALID_ARGUMENT: not memory")
+    with pytest.raises(jax.errors.JaxRuntimeError) as kept:
+        with device_memory.out_of_memory("x", "y"):
+            raise other
+    assert kept.value is other
+
+
+@pytest.mark.parametrize(
+    "recipe, devices, accum, expected",
+    [
+        ("default", 1, 1, 2),  # packed rows: 2,048 tokens / 64 = 32 rows a device
+        ("default", 2, 4, 8),  # 16 rows a device
+        ("default", 1, 32, None),  # one row a micro-batch already
+        ("d2l", 1, 1, 2),  # 64 rows
+    ],
+)
+def test_the_next_grad_accum_divides_every_batch_a_device_gets(recipe, devices, accum, expected):
+    config = fra_eng.get_config(recipe)
+    config.grad_accum_steps = accum
+    assert next_grad_accum(config, devices) == expected
+
+
+@needs_corpus
+def test_a_real_out_of_memory_in_the_train_step_is_one_line(tmp_path):
+    # FFN activations of 768 tokens x 2^24 features: XLA asks for 240 GiB in the first step.
+    command = tiny_command(
+        tmp_path / "run",
+        4,
+        "--config.model.model_dim=2",
+        "--config.model.num_heads=1",
+        "--config.model.ffn_dim=16777216",
+    )
+
+    # The cap is set in the launcher's own process, before JAX starts: no machine's
+    # overcommit lets 240 GiB through it.
+    cap = "import resource; resource.setrlimit(resource.RLIMIT_AS, (32 << 30, 32 << 30))"
+    result = launch(command, cap)
+    fatal = one_fatal_line(result)
+    assert "FATAL: The host (XLA:CPU) ran out of memory in the train step at step 1" in fatal
+    assert "(XLA: Out of memory allocating" in fatal and "GiB))" in fatal, fatal
+    assert "Nothing was saved yet, so any setting may change" in fatal, fatal
+    # runlocal: 16 rows a batch, so the same batch in 2 micro-batches fits the check.
+    assert "--config.grad_accum_steps=2" in fatal and "--config.model.remat=True" in fatal
+    assert "a smaller batch (data.batch_size=16) or model" in fatal, fatal
+
+
+# XLA's error raised where JAX would raise it: by the train call of step 5 (the checkpoint of
+# step 4 is saved), or by the validation pass at step 4 (after that checkpoint's save).
+INJECT = {
+    "train": """
+        import jax
+        from transformer_jax.training import train
+        real = train._train_call
+        def _train_call(built, state, batches):
+            if int(jax.device_get(state.step).ravel()[0]) == 4:
+                raise jax.errors.JaxRuntimeError({oom!r})
+            return real(built, state, batches)
+        train._train_call = _train_call
+    """,
+    "eval": """
+        import jax
+        from transformer_jax.training import train
+        real = train.evaluate
+        def evaluate(run, params, step, **kwargs):
+            if step == 4:
+                raise jax.errors.JaxRuntimeError({oom!r})
+            return real(run, params, step, **kwargs)
+        train.evaluate = evaluate
+    """,
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("stage", ["train", "eval"])
+def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path, stage):
+    workdir = tmp_path / "run"
+    result = launch(tiny_command(workdir, 6), INJECT[stage].format(oom=OOM))
+    fatal = one_fatal_line(result)
+    assert "Nothing is lost: the checkpoint of step 4 is intact." in fatal, fatal
+    if stage == "eval":
+        assert "ran out of memory in the validation pass at step 4" in fatal, fatal
+        assert "data.batch_size=16 rows of 24 + 24 tokens; a smaller one needs a new" in fatal
+        return
+    assert "ran out of memory in the train step at step 5 (XLA: Out of memory allocating" in fatal
+    assert "Re-run the same command with --config.grad_accum_steps=2" in fatal, fatal
+    assert "or --config.model.remat=True" in fatal and "a resumed run accepts them" in fatal
+    assert "a smaller batch (data.batch_size=16) or model needs a new --workdir" in fatal
+    # The fixes it names: the run resumes from step 4 and ends, each step recorded once.
+    fixed = tiny_command(workdir, 6, "--config.grad_accum_steps=2", "--config.model.remat=True")
+    again = subprocess.run(
+        fixed, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    records = (workdir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    steps = [json.loads(r)["step"] for r in records if json.loads(r)["split"] == "train"]
+    assert steps == [1, 2, 3, 4, 5, 6], steps
