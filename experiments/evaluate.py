@@ -64,6 +64,7 @@ def main(argv: list[str]) -> None:
     from transformer_jax.evaluation.report_text import format_report
     from transformer_jax.evaluation.translate_cli import first_workdir
     from transformer_jax.runtime import configure_process, cpu_devices
+    from transformer_jax.runtime.device_memory import DeviceMemoryError, out_of_memory
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     try:
@@ -75,23 +76,31 @@ def main(argv: list[str]) -> None:
         launch.start_backend()
         settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
         split = FLAGS.split or load_config(run).data.test_split
-        report = evaluate_workdir(
-            FLAGS.workdir,
-            split=split,
-            **settings,
-            batch_size=FLAGS.batch_size,
-            num_examples=FLAGS.num_examples,
-            num_samples=FLAGS.num_samples,
-            # Named after the pairs scored: more than the split holds is the whole split.
-            name=functools.partial(report_name, split, **settings),
-            report_dir=FLAGS.report_dir,
-            data_dir=FLAGS.data_dir,
-            zip_path=FLAGS.zip_path,
-        )
+        fixes = functools.partial(_memory_fixes, load_config(run))
+        with out_of_memory(f"evaluating on {split}", fixes):
+            report = evaluate_workdir(
+                FLAGS.workdir,
+                split=split,
+                **settings,
+                batch_size=FLAGS.batch_size,
+                num_examples=FLAGS.num_examples,
+                num_samples=FLAGS.num_samples,
+                # Named after the pairs scored: more than the split holds is the whole split.
+                name=functools.partial(report_name, split, **settings),
+                report_dir=FLAGS.report_dir,
+                data_dir=FLAGS.data_dir,
+                zip_path=FLAGS.zip_path,
+            )
     except ReportWriteError as error:  # scored, not written (a full disk): shown, not lost
         print(format_report(error.report))
         launch.fatal(str(error))
-    except (NoCheckpointError, ValueError, DownloadError, ZipNotFoundError) as error:
+    except (
+        DeviceMemoryError,
+        NoCheckpointError,
+        ValueError,
+        DownloadError,
+        ZipNotFoundError,
+    ) as error:
         # One line as train gives it: the data's errors are ValueErrors (a damaged build, a
         # bad split, a corrupt or too small corpus, a full disk while building) or, for a
         # corpus that cannot be found or fetched, DownloadError and ZipNotFoundError.
@@ -99,6 +108,17 @@ def main(argv: list[str]) -> None:
     json_path, md_path = report["files"]
     print(Path(md_path).read_text(encoding="utf-8"))
     print(f"Report written to {md_path} and {json_path}", file=sys.stderr)
+
+
+def _memory_fixes(config) -> str:
+    """What an evaluation that ran out of device memory can change, with the values now."""
+    batch = FLAGS.batch_size or config.eval.decode_batch_size
+    beam = FLAGS.beam_size or config.eval.beam_size
+    return (
+        f"Lower --batch_size (now {batch} sentences a decoding batch) or --beam_size (now "
+        f"{beam}); the loss pass runs the run's data.batch_size={config.data.batch_size} rows, "
+        "as its training did."
+    )
 
 
 def _with_our_flags(message: str) -> str:

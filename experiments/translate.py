@@ -76,6 +76,13 @@ flags.DEFINE_enum(
     "data: the model's own form, as the data stores text and evaluate scores it "
     '("je pense que tom a raison .").',
 )
+flags.DEFINE_integer(
+    "batch_size",
+    None,
+    "Sentences per decoding batch (fewer: less device memory); default the run's "
+    "eval.decode_batch_size.",
+    lower_bound=1,
+)
 flags.DEFINE_string("attention_plot", None, "PNG for the first sentence's attention heatmaps.")
 flags.DEFINE_enum(
     "engine",
@@ -107,6 +114,7 @@ def main(argv: list[str]) -> None:
         translate_workdir,
     )
     from transformer_jax.runtime import configure_process, cpu_devices
+    from transformer_jax.runtime.device_memory import DeviceMemoryError, out_of_memory
     from transformer_jax.workdir.checkpoints import NoCheckpointError, load_config
 
     streaming = _check_input_output(argv)
@@ -115,6 +123,7 @@ def main(argv: list[str]) -> None:
         "text": FLAGS.text,
         **launch.decoding_flag_values(),
         **_decoding_options(),  # --nbest, --temperature, ..., --prefix
+        "batch_size": FLAGS.batch_size,
         "attention_plot": FLAGS.attention_plot,
     }
     try:
@@ -123,7 +132,9 @@ def main(argv: list[str]) -> None:
         cpu_devices.apply(FLAGS.cpu_devices)
         launch.use_compilation_cache(FLAGS.compilation_cache_dir)
         launch.start_backend()
-        with _output(streaming) as output:  # opened before decoding: a bad path fails now
+        # Out of device memory: one line; a file output keeps its old content, a stream
+        # the lines already written.
+        with _output(streaming) as output, out_of_memory("translating", _memory_fixes):
             if streaming:
                 translate_stream(
                     FLAGS.workdir, sys.stdin, output, one_line=FLAGS.interactive, **options
@@ -138,8 +149,19 @@ def main(argv: list[str]) -> None:
             write_lines(lines, None, output)
     except BrokenPipeError:  # the reader left (`| head`): a stop, not a failure
         launch.stdout_closed()
-    except (NoCheckpointError, OSError, ValueError) as error:
+    except (DeviceMemoryError, NoCheckpointError, OSError, ValueError) as error:
         launch.fatal(str(error))
+
+
+def _memory_fixes() -> str:
+    """What a translation that ran out of device memory can change, with the values now."""
+    from transformer_jax.evaluation.translate_cli import first_workdir
+    from transformer_jax.workdir.checkpoints import load_config
+
+    run = load_config(first_workdir(FLAGS.workdir)).eval
+    batch = FLAGS.batch_size or run.decode_batch_size
+    beam = FLAGS.beam_size or run.beam_size
+    return f"Lower --batch_size (now {batch} sentences a batch) or --beam_size (now {beam})."
 
 
 def _check_input_output(argv: list[str]) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -18,12 +20,35 @@ import pytest
 
 from configs import fra_eng
 from tests.helpers import REPO, one_fatal_line, subprocess_env
-from tests.test_training_faults import launch, needs_corpus
 from tests.tiny_run import tiny_command
+from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.runtime import device_memory
 from transformer_jax.training.out_of_memory import next_grad_accum
 
+needs_corpus = pytest.mark.skipif(
+    not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
+)
 OOM = "RESOURCE_EXHAUSTED: Out of memory allocating 3221225472 bytes."
+
+
+def launch(module: str, args: list[str], script: str) -> subprocess.CompletedProcess:
+    """`python -m <module> <args>` with `script` (Python) run first in the same process."""
+    prelude = textwrap.dedent(script) + textwrap.dedent(
+        f"""
+        import runpy, sys
+        sys.argv = [{module!r}, *sys.argv[1:]]
+        runpy.run_module({module!r}, run_name="__main__")
+        """
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude, *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _real_out_of_memory() -> jax.errors.JaxRuntimeError:
@@ -91,7 +116,7 @@ def test_a_real_out_of_memory_in_the_train_step_is_one_line(tmp_path):
     # The cap is set in the launcher's own process, before JAX starts: no machine's
     # overcommit lets 240 GiB through it.
     cap = "import resource; resource.setrlimit(resource.RLIMIT_AS, (32 << 30, 32 << 30))"
-    result = launch(command, cap)
+    result = launch("experiments.train", command[3:], cap)
     fatal = one_fatal_line(result)
     assert "FATAL: The host (XLA:CPU) ran out of memory in the train step at step 1" in fatal
     assert "(XLA: Out of memory allocating" in fatal and "GiB))" in fatal, fatal
@@ -131,7 +156,9 @@ INJECT = {
 @pytest.mark.parametrize("stage", ["train", "eval"])
 def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path, stage):
     workdir = tmp_path / "run"
-    result = launch(tiny_command(workdir, 6), INJECT[stage].format(oom=OOM))
+    result = launch(
+        "experiments.train", tiny_command(workdir, 6)[3:], INJECT[stage].format(oom=OOM)
+    )
     fatal = one_fatal_line(result)
     assert "Nothing is lost: the checkpoint of step 4 is intact." in fatal, fatal
     if stage == "eval":
@@ -151,3 +178,56 @@ def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path
     records = (workdir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     steps = [json.loads(r)["step"] for r in records if json.loads(r)["split"] == "train"]
     assert steps == [1, 2, 3, 4, 5, 6], steps
+
+
+# XLA's error raised by the decoding itself, in the launcher's own process.
+DECODING = """
+    import jax
+    from transformer_jax.inference import translator
+    def translate_detailed(self, *args, **kwargs):  # says the batch size it was given
+        raise jax.errors.JaxRuntimeError({oom!r} + f" (batch_size={{kwargs['batch_size']}})")
+    translator.Translator.translate_detailed = translate_detailed
+"""
+
+
+@needs_corpus
+def test_translate_out_of_memory_is_one_line_and_keeps_the_output_file(tiny_workdir, tmp_path):
+    output = tmp_path / "out.txt"
+    output.write_text("the old translations\n", encoding="utf-8")
+    args = [f"--workdir={tiny_workdir}", "--batch_size=8", f"--output_file={output}", "go ."]
+    fatal = one_fatal_line(launch("experiments.translate", args, DECODING.format(oom=OOM)))
+    assert fatal.startswith("FATAL: The host (XLA:CPU) ran out of memory translating (XLA: "), fatal
+    assert "(3.0 GiB). (batch_size=8))." in fatal, fatal  # --batch_size reached the search
+    assert fatal.endswith("Lower --batch_size (now 8 sentences a batch) or --beam_size (now 1)."), (
+        fatal
+    )
+    assert output.read_text(encoding="utf-8") == "the old translations\n"
+
+
+@needs_corpus
+def test_evaluate_out_of_memory_names_its_batch_and_beam(tiny_workdir):
+    args = [f"--workdir={tiny_workdir}", "--beam_size=2", "--num_examples=4"]
+    fatal = one_fatal_line(launch("experiments.evaluate", args, DECODING.format(oom=OOM)))
+    assert "ran out of memory evaluating on test (XLA: Out of memory allocating" in fatal, fatal
+    assert "Lower --batch_size (now 64 sentences a decoding batch) or --beam_size (now 2)" in fatal
+    assert "the loss pass runs the run's data.batch_size=16 rows" in fatal, fatal
+
+
+@needs_corpus
+def test_translate_batch_size_changes_no_translation(tiny_workdir):
+    lines = ["go .", "i lost my keys .", "", "he is a good person .", "run !"]
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-m", "experiments.translate", f"--workdir={tiny_workdir}", *flag]
+            + lines,
+            cwd=REPO,
+            env=subprocess_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for flag in ([], ["--batch_size=2"])
+    ]
+    assert all(out.returncode == 0 for out in outputs), outputs[-1].stderr[-2000:]
+    assert outputs[0].stdout == outputs[1].stdout and len(outputs[0].stdout.splitlines()) == 5

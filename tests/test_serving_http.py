@@ -19,6 +19,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import jax
 import pytest
 
 pytest.importorskip("fastapi")  # the [serve] extra (pinned in requirements.txt)
@@ -72,6 +73,8 @@ class FakeEngine:
         self.calls.append(list(lines))
         if any("explode" in line for line in lines):
             raise RuntimeError("the engine exploded")
+        if any("too many" in line for line in lines):  # XLA's words for a batch too large
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes")
         return [[{"text": f"{line.upper()} b{options.beam_size}"}] for line in lines]
 
     def warm_up(self, max_sentences, stop=None):
@@ -134,6 +137,13 @@ BAD = [
     ({"text": "a", "nbest": 3}, 400, "nbest=3 is more than beam_size=2"),
     ({"text": "a" * 30, "alpha": [0.6] * 100}, 413, "over the server's limit of 400 bytes"),
     ({"text": "explode"}, 500, "decoding failed: RuntimeError: the engine exploded"),
+    (
+        {"text": ["a", "too many"]},
+        503,
+        "ran out of memory decoding a batch (XLA: Out of memory allocating 9 bytes); this request "
+        "had 2 line(s): send fewer lines a request, or start the server with a smaller "
+        "--max_batch_sentences.",
+    ),
 ]
 
 

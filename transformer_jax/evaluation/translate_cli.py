@@ -147,6 +147,7 @@ def translate_workdir(
     alpha: float | None = None,
     max_decode_len: int | None = None,
     segment_len: int | None = None,
+    batch_size: int | None = None,
     attention_plot: str | Path | None = None,
     translator: Translator | None = None,
     stderr: TextIO | None = None,
@@ -172,7 +173,8 @@ def translate_workdir(
     `eval.segment_len`: sentence by sentence); a sentence longer than the training limit is
     translated whole and noted on `stderr`, as are words the source vocabulary reads as
     `<unk>` (`inference.notes.source_notes`). Decoding settings not given come from the run
-    config. With `attention_plot`, the attention heatmaps of the first non-empty input and
+    config (`batch_size`: sentences a decoding batch, the run's eval.decode_batch_size). With
+    `attention_plot`, the attention heatmaps of the first non-empty input and
     its translation (the whole input, never in parts) are written there as a PNG (noted in
     the log). Notes number the sentences from `first_number` (a stream's later lines); the
     notes on a prefix (`prefix_notes`) come with the first line's. A
@@ -199,6 +201,7 @@ def translate_workdir(
             alpha=alpha,
             max_decode_len=max_decode_len,
             segment_len=segment_len,
+            batch_size=batch_size,
             nbest=nbest,
             temperature=temperature,
             top_k=top_k,

@@ -20,9 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
-
-import jax
 
 _MARK = "RESOURCE_EXHAUSTED"
 _GPU_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # JAX's share of a GPU's memory, default .75
@@ -34,12 +33,16 @@ class DeviceMemoryError(RuntimeError):
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is XLA's report of an allocation it could not make."""
-    return isinstance(error, jax.errors.JaxRuntimeError) and _MARK in str(error)
+    """Whether `error` is XLA's report of an allocation it could not make. Imports nothing:
+    a process that never imported JAX (the CTranslate2 server) has no such error."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(error, jax.errors.JaxRuntimeError) and _MARK in str(error)
 
 
 def describe(error: BaseException, doing: str) -> str:
     """'The <device> ran out of memory <doing> (<memory>; XLA: <its words>)'."""
+    import jax  # imported already: the error came from it
+
     device = jax.local_devices()[0]
     what = (
         "host (XLA:CPU)"
@@ -56,7 +59,7 @@ def out_of_memory(doing: str | Callable[[], str], fixes: str | Callable[[], str]
     `fixes`. Either may be a function, called only then (a step number that moves on)."""
     try:
         yield
-    except jax.errors.JaxRuntimeError as error:
+    except Exception as error:
         if not is_out_of_memory(error):
             raise
         doing_text = doing() if callable(doing) else doing

@@ -41,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from transformer_jax.runtime import device_memory
 from transformer_jax.serving.batcher import Batcher
 from transformer_jax.serving.requests import Limits, RequestError, parse_translate
 
@@ -155,6 +156,14 @@ def create_app(
         except ValueError as error:  # the input or options (e.g. a source too long to encode)
             return _error(400, str(error))
         except Exception as error:  # the batch failed; this server answers the next one
+            if device_memory.is_out_of_memory(error):  # a batch too large: fewer may fit
+                reason = device_memory.describe(error, "decoding a batch")
+                logger.warning("%s", reason)  # no traceback: the reason is the whole story
+                return _error(
+                    503,
+                    f"{reason}; this request had {len(lines)} line(s): send fewer lines a "
+                    "request, or start the server with a smaller --max_batch_sentences.",
+                )
             logger.exception("decoding failed")
             return _error(500, f"decoding failed: {type(error).__name__}: {error}")
         answer: dict[str, Any] = {"translations": [hypotheses[0]["text"] for hypotheses in results]}
