@@ -10,6 +10,7 @@ JAX would raise it, in the launcher's own process.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,7 @@ from tests.helpers import REPO, one_fatal_line, subprocess_env
 from tests.tiny_run import tiny_command
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.runtime import device_memory
-from transformer_jax.training.out_of_memory import next_grad_accum
+from transformer_jax.training.out_of_memory import MemoryWatch, next_grad_accum
 
 needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
@@ -85,6 +86,29 @@ def test_the_context_converts_only_out_of_memory_and_reads_its_texts_late():
         with device_memory.out_of_memory("x", "y"):
             raise other
     assert kept.value is other
+
+
+class FakeGpu:
+    platform, device_kind = "gpu", "NVIDIA H100 80GB HBM3"
+
+    def memory_stats(self):
+        return {"bytes_limit": 60 << 30, "peak_bytes_in_use": 59 << 30}
+
+
+@pytest.mark.parametrize("fraction", [None, ".95", "lots"])
+def test_a_gpu_line_gives_the_memory_jax_may_use_and_when_more_can_be_had(monkeypatch, fraction):
+    monkeypatch.setattr(jax, "local_devices", lambda: [FakeGpu()])
+    if fraction is None:
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    else:
+        monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", fraction)
+    text = device_memory.describe(jax.errors.JaxRuntimeError(OOM), "in a step")
+    assert text.startswith(
+        "The NVIDIA H100 80GB HBM3 (gpu) ran out of memory in a step (JAX may use 60.0 GiB of "
+        "it, 59.0 GiB at the peak"
+    ), text
+    more = "; XLA_PYTHON_CLIENT_MEM_FRACTION=.95 gives JAX more (the default takes 75 %); XLA: "
+    assert (more in text) == (fraction is None), text
 
 
 @pytest.mark.parametrize(
@@ -231,3 +255,14 @@ def test_translate_batch_size_changes_no_translation(tiny_workdir):
     ]
     assert all(out.returncode == 0 for out in outputs), outputs[-1].stderr[-2000:]
     assert outputs[0].stdout == outputs[1].stdout and len(outputs[0].stdout.splitlines()) == 5
+
+
+def test_steps_dispatched_since_the_last_fetch_are_all_named(tmp_path):
+    # JAX runs steps ahead of the metrics fetch that raises: steps 3 to 5, or step 3 alone.
+    watch = MemoryWatch(fra_eng.get_config(), tmp_path)
+    watch.checked(2)
+    for last, named in ((5, "at one of steps 3 to 5 (XLA"), (3, "at step 3 (XLA")):
+        watch.at("train", last)
+        with pytest.raises(device_memory.DeviceMemoryError, match=re.escape(named)):
+            with watch.watching():
+                raise jax.errors.JaxRuntimeError(OOM)

@@ -79,9 +79,17 @@ def _memory(device) -> str:
     text = f"JAX may use {limit / _GIB:.1f} GiB of it"
     if peak:
         text += f", {peak / _GIB:.1f} GiB at the peak"
-    if device.platform == "gpu" and float(os.environ.get(_GPU_FRACTION) or 0.75) < 0.9:
+    if device.platform == "gpu" and _gpu_fraction() < 0.9:
         text += f"; {_GPU_FRACTION}=.95 gives JAX more (the default takes 75 %)"
     return text
+
+
+def _gpu_fraction() -> float:
+    """JAX's share of a GPU's memory as set (a value JAX could not read counts as all)."""
+    try:
+        return float(os.environ.get(_GPU_FRACTION) or 0.75)
+    except ValueError:
+        return 1.0
 
 
 def _xla_words(error: BaseException) -> str:

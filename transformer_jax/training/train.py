@@ -176,7 +176,7 @@ def train_and_evaluate(
             while step < total_steps:
                 n = min(config.steps_per_call, _next_boundary(config, step, total_steps) - step)
                 batches = [next(train_iter) for _ in range(n)]
-                memory.at("train", step + 1)
+                memory.at("train", step + n)
                 with compile_log.kind("train step"):
                     device_state, metrics = _train_call(built, device_state, batches)
                 ahead.start(device_state.params)  # the first time: the step is compiled now
