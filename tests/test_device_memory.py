@@ -241,16 +241,7 @@ def test_evaluate_out_of_memory_names_its_batch_and_beam(tiny_workdir):
 def test_translate_batch_size_changes_no_translation(tiny_workdir):
     lines = ["go .", "i lost my keys .", "", "he is a good person .", "run !"]
     outputs = [
-        subprocess.run(
-            [sys.executable, "-m", "experiments.translate", f"--workdir={tiny_workdir}", *flag]
-            + lines,
-            cwd=REPO,
-            env=subprocess_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        launch("experiments.translate", [f"--workdir={tiny_workdir}", *flag, *lines], "")
         for flag in ([], ["--batch_size=2"])
     ]
     assert all(out.returncode == 0 for out in outputs), outputs[-1].stderr[-2000:]
