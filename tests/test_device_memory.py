@@ -164,20 +164,35 @@ INJECT = {
         train._train_call = _train_call
     """,
     "eval": """
-        import jax
+        import dataclasses, jax
         from transformer_jax.training import train
-        real = train.evaluate
-        def evaluate(run, params, step, **kwargs):
-            if step == 4:
-                raise jax.errors.JaxRuntimeError({oom!r})
-            return real(run, params, step, **kwargs)
-        train.evaluate = evaluate
+        real = train.build
+        def build(*args, **kwargs):  # the eval step fails at the second evaluation (step 4)
+            built, calls = real(*args, **kwargs), []
+            def eval_step(params, batch):
+                calls.append(batch)
+                if len(calls) == 2:
+                    raise jax.errors.JaxRuntimeError({oom!r})
+                return built.eval_step(params, batch)
+            return dataclasses.replace(built, eval_step=eval_step)
+        train.build = build
+    """,
+    "evaluators": """
+        import jax
+        from transformer_jax.evaluation import evaluators
+        def ValidationBleu(context):  # the launcher's evaluator, failing at step 4
+            def evaluate(params, step):
+                if step == 4:
+                    raise jax.errors.JaxRuntimeError({oom!r})
+                return {{}}
+            return evaluate
+        evaluators.ValidationBleu = ValidationBleu
     """,
 }
 
 
 @needs_corpus
-@pytest.mark.parametrize("stage", ["train", "eval"])
+@pytest.mark.parametrize("stage", ["train", "eval", "evaluators"])
 def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path, stage):
     workdir = tmp_path / "run"
     result = launch(
@@ -185,6 +200,14 @@ def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path
     )
     fatal = one_fatal_line(result)
     assert "Nothing is lost: the checkpoint of step 4 is intact." in fatal, fatal
+    if stage == "evaluators":
+        assert "ran out of memory in the evaluators (validation BLEU) at step 4" in fatal, fatal
+        assert fatal.endswith(
+            "Re-run the same command with a smaller --config.eval.decode_batch_size (now 64 "
+            "sentences a batch) or --config.eval.beam_size (now 1), or "
+            "--config.eval.num_bleu_examples=0 (no validation BLEU): a resumed run accepts them."
+        ), fatal
+        return
     if stage == "eval":
         assert "ran out of memory in the validation pass at step 4" in fatal, fatal
         assert "data.batch_size=16 rows of 24 + 24 tokens; a smaller one needs a new" in fatal

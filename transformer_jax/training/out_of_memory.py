@@ -9,7 +9,8 @@ intact. Its fixes are the ones that stage can use, with the values to type:
   fraction of the activations; the next value that divides every batch's rows a device),
   `model.remat` (activations recomputed in the backward pass), `steps_per_call=1` (one batch
   a device call): a resumed run accepts all three (`workdir/resume.py`);
-- the validation pass: its batches are `data.batch_size` rows at the full widths;
+- the validation pass: its loss batches are `data.batch_size` rows at the full widths; its
+  evaluators (the launcher's validation BLEU) decode as `eval.*` says (batch, beam, pairs);
 - building or restoring the state: the parameters and Adam's two moments.
 
 A smaller batch or model is refused by a resumed run (its data stream and checkpoints would
@@ -39,7 +40,7 @@ class MemoryWatch:
 
     config: ml_collections.ConfigDict
     workdir: Path
-    stage: str = "init"  # "init" | "train" | "eval"
+    stage: str = "init"  # "init" | "train" | "eval" (the loss) | "evaluators" (e.g. BLEU)
     step: int = 0  # the last step dispatched (train) or evaluated (eval)
     unchecked: int = 1  # the first step whose train call is not known to have run
 
@@ -63,6 +64,8 @@ class MemoryWatch:
             return f"in the train step at one of steps {self.unchecked:,} to {self.step:,}"
         if self.stage == "eval":
             return f"in the validation pass at step {self.step:,}"
+        if self.stage == "evaluators":
+            return f"in the evaluators (validation BLEU) at step {self.step:,}"
         return "building the model's state (parameters and optimizer moments)"
 
     def _fixes(self) -> str:
@@ -84,6 +87,15 @@ class MemoryWatch:
                 if new
                 else f"the validation batches are data.batch_size={data.batch_size} rows of "
                 f"{data.max_src_len} + {data.max_tgt_len} tokens; a smaller one{elsewhere}."
+            )
+        if self.stage == "evaluators":  # they decode as the eval section says
+            e = config.eval
+            return (
+                f"{'re-run' if new else 'Re-run the same command'} with a smaller "
+                f"--config.eval.decode_batch_size (now {e.decode_batch_size} sentences a "
+                f"batch) or --config.eval.beam_size (now {e.beam_size}), or "
+                f"--config.eval.num_bleu_examples=0 (no validation BLEU)"
+                + ("." if new else ": a resumed run accepts them.")
             )
         if self.stage == "init":
             return (

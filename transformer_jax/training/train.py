@@ -198,15 +198,13 @@ def train_and_evaluate(
                     raise preemption.Preempted(signalled, step)
                 if do_eval:
                     ahead.wait_for_eval()  # its programs, if being compiled: never twice
-                    memory.at("eval", step)
-                    final = evaluate(run, device_state.params, step)
+                    final = evaluate(run, device_state.params, step, memory=memory)
                 if ended:
                     break
 
             # ------------------------------------------------------------ final evaluation
             if final is None:  # nothing left to train: the checkpoint was already at the last step
-                memory.at("eval", step)
-                final, summary = _nothing_to_train(run, device_state.params, start_step)
+                final, summary = _nothing_to_train(run, device_state.params, start_step, memory)
             signalled = stop.requested(step, every=1)  # during the final evaluation
             if signalled:  # the last step is saved: the same command evaluates again
                 raise preemption.Preempted(signalled, step)
@@ -297,9 +295,18 @@ def save(run: Run, saves: SaveWatch, device_state: Any, meta: dict[str, Any], st
     saves.save(host_state, run.pipeline.train_iter.get_state(), meta)
 
 
-def evaluate(run: Run, device_params: Any, step: int, *, record: bool = True) -> dict[str, float]:
+def evaluate(
+    run: Run,
+    device_params: Any,
+    step: int,
+    *,
+    record: bool = True,
+    memory: MemoryWatch | None = None,
+) -> dict[str, float]:
     """The validation loss, then each evaluator (process 0); logged, and written to
-    metrics.jsonl and TensorBoard if `record`."""
+    metrics.jsonl and TensorBoard if `record`. `memory`: told which of the two runs."""
+    if memory:
+        memory.at("eval", step)
     parallel, sums = run.built.parallel, []
     for i, batch in enumerate(run.pipeline.eval_batches("eval")):
         if run.config.eval.num_batches and i >= run.config.eval.num_batches:
@@ -310,6 +317,8 @@ def evaluate(run: Run, device_params: Any, step: int, *, record: bool = True) ->
     summary = summarize(sum_tree(parallel.get_replicated(sums)))
     scores: dict[str, float] = {}
     if run.evaluators:
+        if memory:  # the loss's errors are raised by now (its sums were fetched)
+            memory.at("evaluators", step)
         params = parallel.get_replicated(device_params)
         for evaluator in run.evaluators:
             for name, value in evaluator(params, step).items():
@@ -333,12 +342,12 @@ def evaluate(run: Run, device_params: Any, step: int, *, record: bool = True) ->
 
 
 def _nothing_to_train(
-    run: Run, device_params: Any, start_step: int
+    run: Run, device_params: Any, start_step: int, memory: MemoryWatch
 ) -> tuple[dict[str, float], dict[str, float]]:
     """(final eval metrics, last train summary) of a run whose checkpoint is at its last step
     or past it: evaluated again, recorded nowhere (metrics.jsonl has it); the train loss from
     the log."""
-    final = evaluate(run, device_params, start_step, record=False)
+    final = evaluate(run, device_params, start_step, record=False, memory=memory)
     previous = history.last_record(run.workdir, "train") if jax.process_index() == 0 else None
     if previous and previous.get("loss") is not None:
         return final, {"loss": previous["loss"]}
