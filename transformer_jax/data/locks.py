@@ -9,7 +9,8 @@ others wait, then find the result on disk and reuse it.
 `fcntl.flock` locks belong to the open file, so a process that dies releases its lock.
 
 A directory no process can write to (a shared, read-only dataset mount) has nothing to race
-over: there the block runs without a lock, reading what was built before.
+over: there the block runs without a lock, reading what was built before. On a filesystem
+without flock (`runtime.file_locks`) the block runs without one too, with a warning.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from pathlib import Path
 
 from absl import logging
 
+from transformer_jax.runtime.file_locks import lacks_flock, no_flock_reason
+
 # What writing into a directory this process cannot write to raises (OSError.errno).
 READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+_UNLOCKED: set[Path] = set()  # folders on a filesystem without flock, warned of already
 
 
 def is_read_only_error(error: OSError) -> bool:
@@ -61,6 +65,18 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
             start = time.perf_counter()
             fcntl.flock(handle, fcntl.LOCK_EX)
             logging.info("Lock %s acquired after %.1fs", lock_file, time.perf_counter() - start)
+        except OSError as error:
+            if not lacks_flock(error):
+                raise
+            if lock_file.parent not in _UNLOCKED:  # once a folder: each build asks again
+                _UNLOCKED.add(lock_file.parent)
+                logging.warning(
+                    "%s: builds there run without a lock (two runs building the same thing "
+                    "at once may collide).",
+                    no_flock_reason(lock_file.parent, error),
+                )
+            yield
+            return
         try:
             yield
         finally:

@@ -4,7 +4,8 @@ Two sweeps on one folder run the same points at once: each point's trainer lock 
 the second, which then records the point as failed with the other sweep's log line, and
 the two sweeps' records disagree. The second sweep is refused instead, before it runs
 anything. As for the trainer's lock (`workdir/lock.py`), a flock dies with its holder
-(kill -9 included), so a lock that is held belongs to a live sweep; the file stays.
+(kill -9 included), so a lock that is held belongs to a live sweep; the file stays. On a
+filesystem without flock (`runtime.file_locks`) the sweep runs with a warning.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+
+from absl import logging
+
+from transformer_jax.runtime.file_locks import lacks_flock, no_flock_reason
 
 LOCK_FILE = ".sweep.lock"
 
@@ -40,6 +45,12 @@ def hold(sweep_dir: str | Path) -> Iterator[None]:
             f"{sweep_dir} is in use by another sweep ({holder}, lock {path}): wait for it to "
             "end or stop it, or pass another --sweep_dir."
         ) from None
+    except OSError as error:
+        if not lacks_flock(error):
+            os.close(handle)
+            raise
+        # Each point's workdir keeps its own guard (its lock file's record): run, warned.
+        logging.warning("%s: a second sweep here is not refused.", no_flock_reason(path, error))
     try:
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"PID {os.getpid()} on host {socket.gethostname()}".encode(), 0)

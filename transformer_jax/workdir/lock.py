@@ -11,6 +11,12 @@ is held always belongs to a live process, and the file left by a dead one is sim
 over. The holder deletes the file when it ends; a starter that locked a file which was
 deleted meanwhile (its inode is no longer the path's) opens the new one and tries again.
 
+A filesystem without flock (Lustre mounted without `-o flock`, NFS without its lock daemon:
+`runtime.file_locks`) leaves the record in the file as the lock: a trainer whose record names a live
+process (asked of the kernel on the same host; another host's is taken at its word) refuses,
+naming it and the file to delete if that host was lost; otherwise it trains with a warning
+(two trainers starting at the same moment are not told apart there).
+
 Readers (translate, evaluate, averaging) take no lock: they must not stop a run, and they
 survive its checkpoint rotation instead (`checkpoints.list_steps`, `averaging.last_readable`).
 The lock is re-entrant within a process: the launcher takes it before its slow imports, and
@@ -30,6 +36,7 @@ from pathlib import Path
 
 from absl import logging
 
+from transformer_jax.runtime.file_locks import lacks_flock, no_flock_reason
 from transformer_jax.workdir.directory import WorkdirWriteError
 
 LOCK_FILE = ".lock"
@@ -93,6 +100,11 @@ def _acquire(path: Path, workdir: Path) -> int:
                 f"{workdir} is in use by another trainer ({holder}, lock {path}): wait for it "
                 "to end or stop it, or train into another --workdir."
             ) from None
+        except OSError as error:
+            if not lacks_flock(error):
+                os.close(handle)
+                raise
+            _check_record(handle, path, workdir, error)  # the file's record is the lock
         try:
             same_file = os.stat(path).st_ino == os.fstat(handle).st_ino
         except FileNotFoundError:
@@ -118,6 +130,43 @@ def _acquire(path: Path, workdir: Path) -> int:
     )
 
 
+def _check_record(handle: int, path: Path, workdir: Path, error: OSError) -> None:
+    """On a filesystem without flock: refuses a workdir whose lock file names a live trainer
+    (`_alive`), else warns that only the record guards it."""
+    holder = _read(handle)
+    if _alive(holder):
+        os.close(handle)
+        raise WorkdirLockedError(
+            f"{workdir} is in use by another trainer ({_describe(holder)}, lock {path}, "
+            f"whose record is the lock: {no_flock_reason('the workdir', error)}): wait for it "
+            f"to end or stop it, or train into another --workdir. If it is not running (a "
+            f"host that was lost), delete {path}."
+        )
+    logging.warning(
+        "%s; a second trainer is refused by the PID in %s only (two starting at the same "
+        "moment are not).",
+        no_flock_reason(workdir, error),
+        path,
+    )
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the record's process runs: asked of the kernel on this host; a holder on
+    another host is taken at its word; a record without a PID is no holder."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False  # a holder killed with -9 left the file
+    except PermissionError:
+        pass  # alive, another user's
+    return True
+
+
 def trainer_in(workdir: str | Path) -> str | None:
     """Who trains in `workdir` now, as the lock file names it ("PID 123 on host h, started
     ..."), else None. For readers' messages: it only reads the file (taking the flock, even
@@ -131,16 +180,10 @@ def trainer_in(workdir: str | Path) -> str | None:
         holder = _read(handle)
     finally:
         os.close(handle)
-    pid = holder.get("pid")
     if not holder:
         return _describe(holder)  # locked, its name not written yet: just starting
-    if holder.get("host") == socket.gethostname() and isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None  # a holder killed with -9 left the file
-        except PermissionError:
-            pass  # alive, another user's
+    if "pid" in holder and not _alive(holder):
+        return None
     return _describe(holder)
 
 
