@@ -139,8 +139,14 @@ class TrainIterator:
                 "packing fills rows of one width and needs no length buckets; set "
                 "data.bucketing=False (or data.packing=False)."
             )
-        self._process_batch = _check_layout(
-            global_batch, row_multiple, process_index, process_count
+        # With a token budget the rows come from it (each a multiple of the shards); the
+        # global batch then only counts examples (a last partial batch, the data position).
+        by_budget = bool(batch_tokens) and (self._packing or bool(bucket_boundaries))
+        _check_layout(
+            process_count * row_multiple if by_budget else global_batch,
+            row_multiple,
+            process_index,
+            process_count,
         )
         self._shards = process_count * row_multiple  # every batch's rows are a multiple
         self._process_count = process_count

@@ -176,7 +176,7 @@ def check_data_devices(
 ) -> None:
     """Raises ValueError unless the global batch splits over process_count · num_devices."""
     shards = process_count * num_devices
-    if cfg.batch_size <= 0 or cfg.batch_size % shards:
+    if cfg.batch_size <= 0 or (cfg.batch_size % shards and not budget_sets_rows(cfg)):
         raise ValueError(
             f"data.batch_size={cfg.batch_size} must be a positive multiple of process_count * "
             f"devices = {process_count} * {num_devices} = {shards}; e.g. "
@@ -190,12 +190,27 @@ def check_data_devices(
         )
 
 
+def budget_sets_rows(cfg: ml_collections.ConfigDict) -> bool:
+    """Whether `batch_tokens` sets the training batches' rows (packed rows or length buckets);
+    `batch_size` then sizes the eval batches only (`eval_rows`)."""
+    return bool(cfg.batch_tokens) and bool(cfg.packing or cfg.bucketing)
+
+
+def eval_rows(cfg: ml_collections.ConfigDict, shards: int) -> int:
+    """Global rows of an eval batch: `batch_size`, rounded up to a multiple of `shards`
+    (processes · devices) where it sizes only them (`budget_sets_rows`: dummy rows of zero
+    weight fill the rest), so a run of the token budget fits any device count."""
+    if budget_sets_rows(cfg):
+        return -(-cfg.batch_size // shards) * shards
+    return cfg.batch_size
+
+
 def train_batch_rows(cfg: ml_collections.ConfigDict, shards: int) -> dict[str, int]:
     """Global rows of every batch shape the train iterator makes (`data.batching`), each named
     by what sets it: `batch_size` rows, or with `batch_tokens` the rows of the packed width or
     of each bucket's width that fit the budget (`bucketing.token_budget_rows`; `shards` =
     processes · devices a process)."""
-    if not cfg.batch_tokens or not (cfg.packing or cfg.bucketing):
+    if not budget_sets_rows(cfg):
         return {f"data.batch_size={cfg.batch_size}": cfg.batch_size}
     if cfg.packing:
         widths: tuple[int, ...] = (max(cfg.max_src_len, cfg.max_tgt_len),)

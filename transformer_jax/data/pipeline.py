@@ -128,7 +128,7 @@ def create_input_pipeline(
         row_multiple=row_multiple,
         process_index=process_index,
         process_count=process_count,
-        global_batch=cfg.batch_size,
+        global_batch=config_lib.eval_rows(cfg, row_multiple * process_count),
         truecaser=truecaser,
     )
 
