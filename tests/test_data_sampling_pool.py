@@ -88,6 +88,28 @@ def test_a_dead_worker_leaves_the_draws_to_the_training_process(data, caplog):
         pooled.close()
 
 
+def test_workers_that_cannot_start_leave_the_draws_to_the_training_process(
+    data, caplog, monkeypatch
+):
+    # A container without a usable /dev/shm: multiprocessing's locks are POSIX semaphores.
+    import multiprocessing
+
+    def no_semaphores(*args, **kwargs):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(type(multiprocessing.get_context("spawn")), "Lock", no_semaphores)
+    inline, pooled = _iterator(data, 0, False), _iterator(data, 2, False)
+    try:
+        for _ in range(inline.batches_per_epoch + 2):
+            _same(next(inline), next(pooled))
+        assert pooled._sampling.workers == 0 and pooled._sampling._pool is None
+        assert "workers cannot start (OSError: [Errno 38] Function not implemented)" in (
+            caplog.text
+        )
+    finally:
+        pooled.close()
+
+
 def test_auto_workers_are_none_on_a_cpu_and_a_few_on_an_accelerator():
     assert sampling_pool.resolve_workers(-1, "cpu", cpu_count=64) == 0
     assert sampling_pool.resolve_workers(-1, "gpu", cpu_count=16) == 4

@@ -135,15 +135,24 @@ class SubwordSampling:
         key = tuple(key)
         if not self.workers or key in self._ahead:
             return
-        if self._pool is None:
-            protos = [t.model_proto for t in self._tokenizers]
-            self._pool = sampling_pool.DrawPool(protos, self.workers)
         texts = self._row_texts(encoded, rows)
-        self._ahead[key] = [
-            self._pool.submit(side, texts[side], alpha=self.alpha, nbest=self.nbest,
-                              seed=self._seed(key, side))
-            for side in (0, 1)
-        ]  # fmt: skip
+        try:
+            if self._pool is None:
+                protos = [t.model_proto for t in self._tokenizers]
+                self._pool = sampling_pool.DrawPool(protos, self.workers)
+            self._ahead[key] = [
+                self._pool.submit(side, texts[side], alpha=self.alpha, nbest=self.nbest,
+                                  seed=self._seed(key, side))
+                for side in (0, 1)
+            ]  # fmt: skip
+        except (OSError, ImportError, NotImplementedError, BrokenProcessPool) as error:
+            # Workers cannot start here: a container without a usable /dev/shm (POSIX
+            # semaphores: ENOSYS, or ImportError from multiprocessing), a process limit
+            # (EAGAIN). The draws are the same made here, so nothing changes but the pace.
+            logging.warning("Data: subword-sampling workers cannot start (%s: %s); drawing "
+                            "in the training process", type(error).__name__, error)  # fmt: skip
+            self.close()
+            self.workers, self._ahead = 0, {}
 
     def close(self) -> None:
         """Stops the worker processes, if any were started."""
