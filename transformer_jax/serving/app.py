@@ -95,7 +95,13 @@ def create_app(
             )
             state.status = "ok"
         except Exception as error:  # reported by /health and on_failure; the process decides
-            state.status, state.error = "failed", _one_line(f"warm-up failed: {error!r}")
+            reason = f"warm-up failed: {error!r}"
+            if device_memory.is_out_of_memory(error):  # its largest batch does not fit
+                reason = (
+                    f"{device_memory.describe(error, 'warming up')}: start the server with a "
+                    f"smaller --max_batch_sentences (now {max_sentences} sentences a batch)"
+                )
+            state.status, state.error = "failed", _one_line(reason)
             logger.error(state.error)
             if on_failure is not None:
                 on_failure(state.error)
