@@ -14,6 +14,9 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.error
+import urllib.request
 
 import jax
 import jax.numpy as jnp
@@ -280,3 +283,51 @@ def test_steps_dispatched_since_the_last_fetch_are_all_named(tmp_path):
         with pytest.raises(device_memory.DeviceMemoryError, match=re.escape(named)):
             with watch.watching():
                 raise jax.errors.JaxRuntimeError(OOM)
+
+
+class WarmUpOutOfMemory:
+    """A serving engine whose warm-up meets XLA's error, as for its largest batch."""
+
+    def options(self, given):
+        raise AssertionError("no request is served before the warm-up")
+
+    def translate(self, lines, options, line_ids=None):
+        raise AssertionError("no request is served before the warm-up")
+
+    def warm_up(self, max_sentences, stop=None):
+        raise jax.errors.JaxRuntimeError(OOM)
+
+    def describe(self):
+        return {"engine": "warm-up out of memory"}
+
+
+def test_a_server_warm_up_out_of_memory_names_the_batch_to_lower():
+    pytest.importorskip("fastapi")  # the [serve] extra
+    from transformer_jax.serving.app import create_app, start_in_thread
+    from transformer_jax.serving.requests import Limits
+
+    failures = []
+    limits = Limits(max_sentences=4, max_chars=50, max_body_bytes=400, max_beam_size=8)
+    app = create_app(
+        WarmUpOutOfMemory(),
+        limits=limits,
+        window_s=0.001,
+        max_sentences=16,
+        on_failure=failures.append,
+    )
+    server = start_in_thread(app)
+    try:
+        deadline = time.monotonic() + 60
+        while not failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(f"{server.url}/health", timeout=30)
+        answer = json.loads(health.value.read())
+    finally:
+        server.stop()
+    assert failures == [
+        "The host (XLA:CPU) ran out of memory warming up (XLA: Out of memory allocating "
+        "3221225472 bytes (3.0 GiB)): start the server with a smaller --max_batch_sentences "
+        "(now 16 sentences a batch)"
+    ], failures
+    assert health.value.code == 500 and answer["error"] == failures[0], answer

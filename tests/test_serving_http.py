@@ -98,32 +98,6 @@ def fake_server():
     server.stop()
 
 
-def test_a_warm_up_out_of_device_memory_names_the_batch_to_lower():
-    engine, failures = FakeEngine(), []
-
-    def warm_up(max_sentences, stop=None):  # XLA's words, as for the largest batch
-        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes")
-
-    engine.warm_up = warm_up
-    app = create_app(
-        engine, limits=LIMITS, window_s=0.001, max_sentences=16, on_failure=failures.append
-    )
-    server = start_in_thread(app)
-    try:
-        deadline = time.monotonic() + 60
-        while not failures and time.monotonic() < deadline:
-            time.sleep(0.05)
-        status, answer = request(server.url, "GET", "/health")
-    finally:
-        server.stop()
-    assert failures == [
-        "The host (XLA:CPU) ran out of memory warming up (XLA: Out of memory allocating 9 "
-        "bytes): start the server with a smaller --max_batch_sentences (now 16 sentences a "
-        "batch)"
-    ], failures
-    assert status == 500 and answer["error"] == failures[0], answer
-
-
 def test_health_is_503_until_warm_then_200_and_translate_waits_too():
     engine = FakeEngine(warm=False)
     server = start_in_thread(create_app(engine, limits=LIMITS, window_s=0.001, max_sentences=4))
