@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import jax
@@ -204,6 +205,29 @@ def run_module(
         [sys.executable, "-m", *args], cwd=REPO, env=subprocess_env(), capture_output=True,
         text=True, input=stdin, timeout=timeout,
     )  # fmt: skip
+
+
+def run_module_after(
+    script: str, module: str, *args: str, devices: int | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`python -m <module> <args>` with `script` (Python: a fault injected, a limit set) run
+    first in the same process; stdin empty."""
+    prelude = textwrap.dedent(script) + textwrap.dedent(
+        f"""
+        import runpy, sys
+        sys.argv = [{module!r}, *sys.argv[1:]]
+        runpy.run_module({module!r}, run_name="__main__")
+        """
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude, *args],
+        cwd=REPO,
+        env=subprocess_env(devices),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def only_fatal_line(result: subprocess.CompletedProcess, *words: str) -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +21,7 @@ import jax.numpy as jnp
 import pytest
 
 from configs import fra_eng
-from tests.helpers import REPO, one_fatal_line, subprocess_env
+from tests.helpers import REPO, one_fatal_line, run_module_after, subprocess_env
 from tests.tiny_run import tiny_command
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.runtime import device_memory
@@ -33,26 +31,6 @@ needs_corpus = pytest.mark.skipif(
     not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}"
 )
 OOM = "RESOURCE_EXHAUSTED: Out of memory allocating 3221225472 bytes."
-
-
-def launch(module: str, args: list[str], script: str) -> subprocess.CompletedProcess:
-    """`python -m <module> <args>` with `script` (Python) run first in the same process."""
-    prelude = textwrap.dedent(script) + textwrap.dedent(
-        f"""
-        import runpy, sys
-        sys.argv = [{module!r}, *sys.argv[1:]]
-        runpy.run_module({module!r}, run_name="__main__")
-        """
-    )
-    return subprocess.run(
-        [sys.executable, "-c", prelude, *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def _real_out_of_memory() -> jax.errors.JaxRuntimeError:
@@ -143,7 +121,7 @@ def test_a_real_out_of_memory_in_the_train_step_is_one_line(tmp_path):
     # The cap is set in the launcher's own process, before JAX starts: no machine's
     # overcommit lets 240 GiB through it.
     cap = "import resource; resource.setrlimit(resource.RLIMIT_AS, (32 << 30, 32 << 30))"
-    result = launch("experiments.train", command[3:], cap)
+    result = run_module_after(cap, "experiments.train", *command[3:])
     fatal = one_fatal_line(result)
     assert "FATAL: The host (XLA:CPU) ran out of memory in the train step at step 1" in fatal
     assert "(XLA: Out of memory allocating" in fatal and "GiB))" in fatal, fatal
@@ -198,9 +176,8 @@ INJECT = {
 @pytest.mark.parametrize("stage", ["train", "eval", "evaluators"])
 def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path, stage):
     workdir = tmp_path / "run"
-    result = launch(
-        "experiments.train", tiny_command(workdir, 6)[3:], INJECT[stage].format(oom=OOM)
-    )
+    command = tiny_command(workdir, 6)[3:]
+    result = run_module_after(INJECT[stage].format(oom=OOM), "experiments.train", *command)
     fatal = one_fatal_line(result)
     assert "Nothing is lost: the checkpoint of step 4 is intact." in fatal, fatal
     if stage == "evaluators":
@@ -245,7 +222,9 @@ def test_translate_out_of_memory_is_one_line_and_keeps_the_output_file(tiny_work
     output = tmp_path / "out.txt"
     output.write_text("the old translations\n", encoding="utf-8")
     args = [f"--workdir={tiny_workdir}", "--batch_size=8", f"--output_file={output}", "go ."]
-    fatal = one_fatal_line(launch("experiments.translate", args, DECODING.format(oom=OOM)))
+    fatal = one_fatal_line(
+        run_module_after(DECODING.format(oom=OOM), "experiments.translate", *args)
+    )
     assert fatal.startswith("FATAL: The host (XLA:CPU) ran out of memory translating (XLA: "), fatal
     assert "(3.0 GiB). (batch_size=8))." in fatal, fatal  # --batch_size reached the search
     assert fatal.endswith("Lower --batch_size (now 8 sentences a batch) or --beam_size (now 1)."), (
@@ -257,7 +236,9 @@ def test_translate_out_of_memory_is_one_line_and_keeps_the_output_file(tiny_work
 @needs_corpus
 def test_evaluate_out_of_memory_names_its_batch_and_beam(tiny_workdir):
     args = [f"--workdir={tiny_workdir}", "--beam_size=2", "--num_examples=4"]
-    fatal = one_fatal_line(launch("experiments.evaluate", args, DECODING.format(oom=OOM)))
+    fatal = one_fatal_line(
+        run_module_after(DECODING.format(oom=OOM), "experiments.evaluate", *args)
+    )
     assert "ran out of memory evaluating on test (XLA: Out of memory allocating" in fatal, fatal
     assert "Lower --batch_size (now 64 sentences a decoding batch) or --beam_size (now 2)" in fatal
     assert "the loss pass runs the run's data.batch_size=16 rows" in fatal, fatal
@@ -267,7 +248,7 @@ def test_evaluate_out_of_memory_names_its_batch_and_beam(tiny_workdir):
 def test_translate_batch_size_changes_no_translation(tiny_workdir):
     lines = ["go .", "i lost my keys .", "", "he is a good person .", "run !"]
     outputs = [
-        launch("experiments.translate", [f"--workdir={tiny_workdir}", *flag, *lines], "")
+        run_module_after("", "experiments.translate", f"--workdir={tiny_workdir}", *flag, *lines)
         for flag in ([], ["--batch_size=2"])
     ]
     assert all(out.returncode == 0 for out in outputs), outputs[-1].stderr[-2000:]

@@ -13,11 +13,10 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import run_module_after
 from tests.tiny_run import tiny_command
 from transformer_jax.data import locks as data_locks
 from transformer_jax.data.config import SHARED_ZIP
@@ -105,22 +104,7 @@ def test_other_flock_errors_are_not_taken_for_a_missing_lock(tmp_path, monkeypat
 
 @pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
 def test_the_launcher_trains_on_a_filesystem_without_flock(tmp_path):
-    prelude = textwrap.dedent(NO_FLOCK) + textwrap.dedent(
-        """
-        import runpy, sys
-        sys.argv = ["experiments.train", *sys.argv[1:]]
-        runpy.run_module("experiments.train", run_name="__main__")
-        """
-    )
-    command = tiny_command(tmp_path / "run", 2)
-    result = subprocess.run(
-        [sys.executable, "-c", prelude, *command[3:]],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_module_after(NO_FLOCK, "experiments.train", *tiny_command(tmp_path / "run", 2)[3:])
     assert result.returncode == 0, result.stderr[-3000:]
     warned = [line for line in result.stderr.splitlines() if "without file locks" in line]
     assert sum(f"{tmp_path / 'run'} is on" in line for line in warned) == 1, warned
