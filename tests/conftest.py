@@ -8,6 +8,8 @@
   program it ever compiled, and grew to 8.3 GB by the end of the suite (2 workers), which
   `-n auto` on a machine with many cores and less memory a core would not survive. A
   program a later file needs again comes back from the persistent cache.
+- `-n auto` starts one worker a core, but no more than the available memory holds
+  (`tests/worker_budget.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 
 import pytest  # noqa: E402  (after the environment above, which must come before JAX)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (the README's test command): xdist's count, capped by the memory
+    (`tests.worker_budget`); PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
+
+    from tests import worker_budget
+
+    return worker_budget.workers(xdist_count(config), worker_budget.available_memory())
 
 
 @pytest.fixture(scope="session")
