@@ -58,6 +58,7 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
         yield
         return
     with handle:
+        locked = True
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -68,6 +69,7 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
         except OSError as error:
             if not lacks_flock(error):
                 raise
+            locked = False
             if lock_file.parent not in _UNLOCKED:  # once a folder: each build asks again
                 _UNLOCKED.add(lock_file.parent)
                 logging.warning(
@@ -75,6 +77,7 @@ def exclusive(lock_file: str | Path, *, what: str = "") -> Iterator[None]:
                     "at once may collide).",
                     no_flock_reason(lock_file.parent, error),
                 )
+        if not locked:  # outside the except: errors of the block do not chain to this one
             yield
             return
         try:

@@ -31,6 +31,7 @@ import ml_collections
 
 from transformer_jax.data.config import train_batch_rows
 from transformer_jax.runtime import device_memory
+from transformer_jax.workdir.checkpoints import CHECKPOINT_DIR
 from transformer_jax.workdir.directory import newest_checkpoint
 
 
@@ -69,7 +70,7 @@ class MemoryWatch:
         return "building the model's state (parameters and optimizer moments)"
 
     def _fixes(self) -> str:
-        saved = newest_checkpoint(self.workdir / "checkpoints")
+        saved = newest_checkpoint(self.workdir / CHECKPOINT_DIR)
         if saved is None:
             return "Nothing was saved yet, so any setting may change: " + self._ways(new=True)
         return f"Nothing is lost: the checkpoint of step {saved:,} is intact. " + self._ways(
