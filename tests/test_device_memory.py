@@ -88,7 +88,10 @@ def test_a_gpu_line_gives_the_memory_jax_may_use_and_when_more_can_be_had(monkey
         "The NVIDIA H100 80GB HBM3 (gpu) ran out of memory in a step (JAX may use 60.0 GiB of "
         "it, 59.0 GiB at the peak"
     ), text
-    more = "; XLA_PYTHON_CLIENT_MEM_FRACTION=.95 gives JAX more (the default takes 75 %); XLA: "
+    more = (
+        "; JAX takes XLA_PYTHON_CLIENT_MEM_FRACTION of a GPU at start-up (.75 by default): .95 "
+        "gives it more where no other process uses this GPU; XLA: "
+    )
     assert (more in text) == (fraction is None), text
 
 

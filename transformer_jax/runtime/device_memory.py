@@ -80,7 +80,11 @@ def _memory(device) -> str:
     if peak:
         text += f", {peak / _GIB:.1f} GiB at the peak"
     if device.platform == "gpu" and _gpu_fraction() < 0.9:
-        text += f"; {_GPU_FRACTION}=.95 gives JAX more (the default takes 75 %)"
+        # The rest is idle, or another process's (two runs on one GPU): the user knows which.
+        text += (
+            f"; JAX takes {_GPU_FRACTION} of a GPU at start-up (.75 by default): .95 gives it "
+            "more where no other process uses this GPU"
+        )
     return text
 
 
