@@ -9,7 +9,8 @@
   `-n auto` on a machine with many cores and less memory a core would not survive. A
   program a later file needs again comes back from the persistent cache.
 - `-n auto` starts one worker a core, but no more than the available memory holds
-  (`tests/worker_budget.py`).
+  (`tests/worker_budget.py`); on a GPU the workers share it, each allocating what it uses
+  (`XLA_PYTHON_CLIENT_PREALLOCATE=false`, as `benchmarks/gpu_check.sh` ran the tests there).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(Path(tempfile.gettempdir()) / "transformer_jax_test_jax_cache")
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# On a GPU every pytest worker (and each launch a test starts) shares the one device: JAX
+# would take 75 % of its memory in the first worker and leave the others too little.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 import pytest  # noqa: E402  (after the environment above, which must come before JAX)
