@@ -70,13 +70,14 @@ def main(argv: list[str]) -> None:
     try:
         # The run's process settings (XLA flags, allocator) before JAX starts its backend.
         run = first_workdir(FLAGS.workdir)  # an ensemble's first run holds the report
-        configure_process(load_config(run))
+        config = load_config(run)
+        configure_process(config)
         cpu_devices.apply(FLAGS.cpu_devices)
         launch.use_compilation_cache(FLAGS.compilation_cache_dir)
         launch.start_backend()
         settings = {**launch.decoding_flag_values(), **launch.decoding_option_values()}
-        split = FLAGS.split or load_config(run).data.test_split
-        fixes = functools.partial(_memory_fixes, load_config(run))
+        split = FLAGS.split or config.data.test_split
+        fixes = functools.partial(_memory_fixes, config)
         with out_of_memory(f"evaluating on {split}", fixes):
             report = evaluate_workdir(
                 FLAGS.workdir,

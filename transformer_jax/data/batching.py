@@ -141,7 +141,7 @@ class TrainIterator:
             )
         # With a token budget the rows come from it (each a multiple of the shards); the
         # global batch then only counts examples (a last partial batch, the data position).
-        by_budget = bool(batch_tokens) and (self._packing or bool(bucket_boundaries))
+        by_budget = bucketing.by_token_budget(batch_tokens, packing, bool(bucket_boundaries))
         _check_layout(
             process_count * row_multiple if by_budget else global_batch,
             row_multiple,

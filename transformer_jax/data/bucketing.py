@@ -31,6 +31,12 @@ def resolve_boundaries(
     return tuple(chosen) + (max_len,)
 
 
+def by_token_budget(batch_tokens: int, packing: bool, buckets: bool) -> bool:
+    """Whether a token budget sets the training batches' rows: it does with packed rows or
+    length buckets (`token_budget_rows`); the global batch size then sizes only the rest."""
+    return bool(batch_tokens) and bool(packing or buckets)
+
+
 def token_budget_rows(batch_tokens: int, width: int, shards: int) -> int:
     """Global rows of a batch of `width`-token rows within `batch_tokens` padded tokens (fairseq's
     --max-tokens): as many as fit, rounded down to a multiple of `shards` (processes · devices,

@@ -193,7 +193,7 @@ def check_data_devices(
 def budget_sets_rows(cfg: ml_collections.ConfigDict) -> bool:
     """Whether `batch_tokens` sets the training batches' rows (packed rows or length buckets);
     `batch_size` then sizes the eval batches only (`eval_rows`)."""
-    return bool(cfg.batch_tokens) and bool(cfg.packing or cfg.bucketing)
+    return bucketing.by_token_budget(cfg.batch_tokens, cfg.packing, cfg.bucketing)
 
 
 def eval_rows(cfg: ml_collections.ConfigDict, shards: int) -> int:
