@@ -328,6 +328,25 @@ def test_a_step_deleted_while_orbax_lists_the_steps_is_listed_again(
     assert len(calls) >= 2
 
 
+@pytest.mark.parametrize("step", [None, 4])
+def test_a_listing_that_raced_a_save_and_came_back_empty_is_done_again(run_copy, monkeypatch, step):
+    """Beside a trainer keeping one checkpoint, orbax listed "0 checkpoint steps" between two
+    listings of one step (test_readers_racing_a_training_run_never_fail, under load): a
+    reader took that for a run without checkpoints (NoCheckpointError), or for one without
+    the step asked for."""
+    import orbax.checkpoint as ocp
+
+    all_steps, calls = ocp.CheckpointManager.all_steps, []
+
+    def racing(self, *args, **kwargs):
+        calls.append(1)
+        return [] if len(calls) <= 2 else all_steps(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "all_steps", racing)
+    assert Translator.from_workdir(run_copy, step=step).step == (step or 6)
+    assert len(calls) > 2
+
+
 def test_a_reader_outrun_by_the_trainer_reads_its_newest_checkpoint(
     run_copy, tmp_path, monkeypatch
 ):

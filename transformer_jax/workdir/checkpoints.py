@@ -210,15 +210,40 @@ _VANISHED = (FileNotFoundError, NotADirectoryError)
 
 
 def list_steps(manager: ocp.CheckpointManager) -> list[int]:
-    """The manager's steps as on disk now, ascending (re-listed; see `make_manager`)."""
+    """The manager's steps as on disk now, ascending (re-listed; see `make_manager`).
+
+    A trainer renames each new step into place, then deletes the oldest. A directory read
+    while an entry is renamed may miss it (POSIX leaves it unspecified), and a step being
+    deleted is no longer a finalized one, so a listing beside a trainer keeping one
+    checkpoint has come back empty (seen: orbax "Found 0 checkpoint steps" between two
+    listings of one step each). An empty listing of a directory that holds step-named
+    entries is therefore done again, a few times, before it is believed.
+    """
     for attempt in range(_LISTING_ATTEMPTS):
+        last = attempt == _LISTING_ATTEMPTS - 1
         try:
             manager.reload()
-            return sorted(manager.all_steps())
+            steps = sorted(manager.all_steps())
         except _VANISHED:
-            if attempt == _LISTING_ATTEMPTS - 1:
+            if last:
                 raise
+            continue
+        if steps or last or not _holds_step_entries(Path(manager.directory)):
+            return steps
+        time.sleep(_RELIST_PAUSE_S)
     raise AssertionError("unreachable")
+
+
+_RELIST_PAUSE_S = 0.01  # a rename and a deletion take microseconds to milliseconds
+
+
+def _holds_step_entries(directory: Path) -> bool:
+    """Whether `directory` has an entry named like a step ("12", or a save in progress,
+    "12.orbax-checkpoint-tmp-..."): an empty listing of it may have raced a trainer."""
+    try:
+        return any(entry.name[:1].isdigit() for entry in directory.iterdir())
+    except OSError:  # gone or unreadable: the listing's answer stands
+        return False
 
 
 def save_checkpoint(

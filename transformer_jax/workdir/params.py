@@ -169,7 +169,7 @@ def restore_params(
       the steps ascend. Otherwise the steps are ().
     """
     directory = Path(manager.directory)
-    available = sorted(manager.all_steps())
+    available = ckpt.list_steps(manager)  # as on disk now: a trainer may be saving
     if step is not None and step not in available:
         raise ckpt.NoCheckpointError(
             f"no checkpoint for step {step} in {directory}; available steps: {available}."
