@@ -34,6 +34,13 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer("batch_size", None, "Sentences per decoding batch; default from config.")
 flags.DEFINE_integer(
+    "loss_batch_size",
+    None,
+    "Rows a batch of the loss pass (the same loss at any size); default the run's "
+    "eval.loss_batch_size, else data.batch_size.",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
     "num_examples", 0, "Score n pairs evenly spaced over the split (fixed); 0 = the whole split."
 )
 flags.DEFINE_integer("num_samples", 10, "Sample translations shown in the report.", lower_bound=0)
@@ -84,6 +91,7 @@ def main(argv: list[str]) -> None:
                 split=split,
                 **settings,
                 batch_size=FLAGS.batch_size,
+                loss_batch_size=FLAGS.loss_batch_size,
                 num_examples=FLAGS.num_examples,
                 num_samples=FLAGS.num_samples,
                 # Named after the pairs scored: more than the split holds is the whole split.
@@ -115,10 +123,11 @@ def _memory_fixes(config) -> str:
     """What an evaluation that ran out of device memory can change, with the values now."""
     batch = FLAGS.batch_size or config.eval.decode_batch_size
     beam = FLAGS.beam_size or config.eval.beam_size
+    rows = FLAGS.loss_batch_size or config.eval.get("loss_batch_size", 0)
+    rows = rows or config.data.batch_size
     return (
-        f"Lower --batch_size (now {batch} sentences a decoding batch) or --beam_size (now "
-        f"{beam}); the loss pass runs the run's data.batch_size={config.data.batch_size} rows, "
-        "as its training did."
+        f"Lower --batch_size (now {batch} sentences a decoding batch), --beam_size (now "
+        f"{beam}) or --loss_batch_size (now {rows} rows a batch of the loss pass)."
     )
 
 

@@ -33,7 +33,15 @@ def test_a_batch_size_that_sets_the_training_rows_must_still_divide():
     config = fra_eng.get_config("d2l")  # 64 rows a training batch: no budget
     with pytest.raises(ValueError, match=r"data.batch_size=64 must be a positive multiple .* 63"):
         validate_config(config, num_devices=3)
-    assert eval_rows(config.data, 3) == 64
+    assert eval_rows(config.data, 2) == 64  # the training shape, where it divides
+
+
+@pytest.mark.parametrize(("rows", "devices", "expected"), [(10, 3, 12), (8, 2, 8), (1, 4, 4)])
+def test_a_loss_batch_size_rounds_up_to_the_devices(rows, devices, expected):
+    config = fra_eng.get_config("d2l")
+    config.eval.loss_batch_size = rows  # any size: dummy rows of zero weight fill the rest
+    validate_config(config, num_devices=2)
+    assert eval_rows(config.data, devices, config.eval.loss_batch_size) == expected
 
 
 @pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")

@@ -193,14 +193,19 @@ def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path
         return
     if stage == "eval":
         assert "ran out of memory in the validation pass at step 4" in fatal, fatal
-        assert "data.batch_size=16 rows of 24 + 24 tokens; a smaller one needs a new" in fatal
-        return
-    assert "ran out of memory in the train step at step 5 (XLA: Out of memory allocating" in fatal
-    assert "Re-run the same command with --config.grad_accum_steps=2" in fatal, fatal
-    assert "or --config.model.remat=True" in fatal and "a resumed run accepts them" in fatal
-    assert "a smaller batch (data.batch_size=16) or model needs a new --workdir" in fatal
+        assert fatal.endswith(
+            "Re-run the same command with --config.eval.loss_batch_size=8 (now 16 validation "
+            "rows of 24 + 24 tokens a batch; the same loss at any size): a resumed run accepts it."
+        ), fatal
+        fixes = ("--config.eval.loss_batch_size=8",)
+    else:
+        assert "ran out of memory in the train step at step 5 (XLA: Out of memory allocat" in fatal
+        assert "Re-run the same command with --config.grad_accum_steps=2" in fatal, fatal
+        assert "or --config.model.remat=True" in fatal and "a resumed run accepts them" in fatal
+        assert "a smaller batch (data.batch_size=16) or model needs a new --workdir" in fatal
+        fixes = ("--config.grad_accum_steps=2", "--config.model.remat=True")
     # The fixes it names: the run resumes from step 4 and ends, each step recorded once.
-    fixed = tiny_command(workdir, 6, "--config.grad_accum_steps=2", "--config.model.remat=True")
+    fixed = tiny_command(workdir, 6, *fixes)
     again = subprocess.run(
         fixed, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
@@ -239,12 +244,36 @@ def test_translate_out_of_memory_is_one_line_and_keeps_the_output_file(tiny_work
 @needs_corpus
 def test_evaluate_out_of_memory_names_its_batch_and_beam(tiny_workdir):
     args = [f"--workdir={tiny_workdir}", "--beam_size=2", "--num_examples=4"]
-    fatal = one_fatal_line(
-        run_module_after(DECODING.format(oom=OOM), "experiments.evaluate", *args)
-    )
-    assert "ran out of memory evaluating on test (XLA: Out of memory allocating" in fatal, fatal
-    assert "Lower --batch_size (now 64 sentences a decoding batch) or --beam_size (now 2)" in fatal
-    assert "the loss pass runs the run's data.batch_size=16 rows" in fatal, fatal
+    for flag, rows in (([], 16), (["--loss_batch_size=3"], 3)):  # the run's data.batch_size
+        result = run_module_after(DECODING.format(oom=OOM), "experiments.evaluate", *args, *flag)
+        fatal = one_fatal_line(result)
+        assert "ran out of memory evaluating on test (XLA: Out of memory allocating" in fatal
+        assert "Lower --batch_size (now 64 sentences a decoding batch), --beam_size (now 2)" in (
+            fatal
+        )
+        assert fatal.endswith(f"or --loss_batch_size (now {rows} rows a batch of the loss pass).")
+
+
+@needs_corpus
+def test_the_loss_is_the_same_at_any_loss_batch_size(tiny_workdir):
+    """eval.loss_batch_size (evaluate's --loss_batch_size) changes memory, not the loss: a
+    sum over tokens, dummy rows of zero weight filling a last or rounded-up batch."""
+    from transformer_jax.data import load_split_pairs
+    from transformer_jax.evaluation.report import evaluate_workdir, teacher_forced_loss
+    from transformer_jax.inference import Translator
+
+    translator = Translator.from_workdir(tiny_workdir)
+    pairs = load_split_pairs(translator.config.data, "test")[:37]
+    losses = [teacher_forced_loss(translator, pairs, rows) for rows in (None, 5, 64)]
+    # evaluate's --loss_batch_size reaches the loss pass through evaluate_workdir.
+    reports = [
+        evaluate_workdir(tiny_workdir, num_examples=9, write=False, loss_batch_size=rows)
+        for rows in (None, 2)
+    ]
+    for first, *others in (losses, reports):
+        for other in others:
+            for key in ("loss", "accuracy"):
+                assert other[key] == pytest.approx(first[key], rel=1e-5), (key, first, other)
 
 
 @needs_corpus

@@ -196,13 +196,13 @@ def budget_sets_rows(cfg: ml_collections.ConfigDict) -> bool:
     return bucketing.by_token_budget(cfg.batch_tokens, cfg.packing, cfg.bucketing)
 
 
-def eval_rows(cfg: ml_collections.ConfigDict, shards: int) -> int:
-    """Global rows of an eval batch: `batch_size`, rounded up to a multiple of `shards`
-    (processes · devices) where it sizes only them (`budget_sets_rows`: dummy rows of zero
-    weight fill the rest), so a run of the token budget fits any device count."""
-    if budget_sets_rows(cfg):
-        return -(-cfg.batch_size // shards) * shards
-    return cfg.batch_size
+def eval_rows(cfg: ml_collections.ConfigDict, shards: int, rows: int = 0) -> int:
+    """Global rows of a loss batch (validation, test): `rows` (the run's
+    `eval.loss_batch_size`) if > 0, else `batch_size`, rounded up to a multiple of `shards`
+    (processes · devices; dummy rows of zero weight fill the rest). The loss is a sum over
+    tokens, so the rows change its memory, never its value. Where `batch_size` sets the
+    training rows it is a multiple already (`check_data_devices`)."""
+    return -(-(rows or cfg.batch_size) // shards) * shards
 
 
 def train_batch_rows(cfg: ml_collections.ConfigDict, shards: int) -> dict[str, int]:

@@ -80,6 +80,7 @@ def create_input_pipeline(
     process_count: int = 1,
     cache_dir: str | Path | None = None,
     tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+    eval_batch_rows: int = 0,
 ) -> InputPipeline:
     """Builds (if needed) and reads the dataset, builds tokenizers, and sets up batching.
 
@@ -88,10 +89,12 @@ def create_input_pipeline(
     `cache_dir` holds trained SentencePiece models; default `<data_dir>/tokenizers`.
     `tokenizers` (source, target), e.g. a workdir's saved ones, are used instead of building
     them from the config; built ones come with the training targets' `truecaser` (cached there
-    too). Every process reads the same splits and derives the same global order; each then
-    materialises only its own slice of every batch. `cfg` is checked before, once, with the
-    whole run config (`training.validate_config`, or `data.validate_data_config` alone),
-    which makes its paths absolute; a direct caller's are made absolute here.
+    too). `eval_batch_rows`: global rows of an eval batch (a run's `eval.loss_batch_size`);
+    0 = `data.batch_size` (`config.eval_rows`). Every process reads the same splits and
+    derives the same global order; each then materialises only its own slice of every batch.
+    `cfg` is checked before, once, with the whole run config (`training.validate_config`, or
+    `data.validate_data_config` alone), which makes its paths absolute; a direct caller's are
+    made absolute here.
     """
     config_lib.resolve_paths(cfg)
     # Load the splits. Validation pairs evenly spaced, not the first n: fra-eng's splits are
@@ -128,7 +131,7 @@ def create_input_pipeline(
         row_multiple=row_multiple,
         process_index=process_index,
         process_count=process_count,
-        global_batch=config_lib.eval_rows(cfg, row_multiple * process_count),
+        global_batch=config_lib.eval_rows(cfg, row_multiple * process_count, eval_batch_rows),
         truecaser=truecaser,
     )
 

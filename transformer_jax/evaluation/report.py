@@ -27,7 +27,7 @@ import numpy as np
 
 from transformer_jax.data import datasets, load_split_pairs, spread_subset
 from transformer_jax.data.batching import eval_batches
-from transformer_jax.data.config import resolve_paths
+from transformer_jax.data.config import eval_rows, resolve_paths
 from transformer_jax.data.encoding import encode_pairs
 from transformer_jax.evaluation.bleu import (
     BOOTSTRAP_RESAMPLES,
@@ -91,13 +91,14 @@ def decode_sentences(
 
 
 def teacher_forced_loss(
-    translator: Translator, pairs: Sequence[tuple[str, str]]
+    translator: Translator, pairs: Sequence[tuple[str, str]], rows: int | None = None
 ) -> dict[str, float]:
     """Per-token NLL, perplexity and accuracy of the reference translations (as in training).
 
     Run by the training loop's own eval step (`training.builder.mapped_eval_step`) on batches
-    of the training config's shape (`data.batch_size` rows of the maximum lengths), so after a
-    training run in the same process it is the program the loop compiled. Teacher forcing
+    of the validation pass's shape (`eval.loss_batch_size`, default `data.batch_size`, rows of
+    the maximum lengths), so after a training run in the same process it is the program the
+    loop compiled; `rows` (> 0) sets another (the same loss, other memory). Teacher forcing
     needs the training widths: with `data.long_pairs="skip"` the pairs beyond the limits are
     left out (counted in "loss_pairs_skipped"), as in training.
     """
@@ -115,7 +116,8 @@ def teacher_forced_loss(
     step = mapped_eval_step(translator.model_config, parallel)
     params = parallel.put_replicated(translator.params)
     devices = parallel.num_local_devices  # a training run's batch divides by its own devices
-    rows = -(-data.batch_size // devices) * devices  # the training shape where it can be
+    # The training shape where it can be; an old run's config has no eval.loss_batch_size.
+    rows = eval_rows(data, devices, rows or config.eval.get("loss_batch_size", 0))
     sums = []
     for batch in eval_batches(encoded, global_batch=rows, row_multiple=devices):
         batch.pop("index")
@@ -156,6 +158,7 @@ def evaluate_workdir(
     max_decode_len: int | None = None,
     segment_len: int | None = None,
     batch_size: int | None = None,
+    loss_batch_size: int | None = None,
     num_examples: int = 0,
     num_samples: int = 10,
     write: bool = True,
@@ -172,7 +175,8 @@ def evaluate_workdir(
     split; `num_examples` > 0 keeps n pairs evenly spaced over it (`data.spread_subset`:
     the same pairs every time, with the split's length mix). Decoding settings default to
     the run config's (`inference.decode_settings`: beam size, α, the output budget a·S + b,
-    the length above which an input is translated in parts cut at sentence ends).
+    the length above which an input is translated in parts cut at sentence ends);
+    `loss_batch_size`: rows of the loss pass's batches (default the run's).
     Writes the run's report, `eval_report.json`, `eval_report.md` and `training_curves.png`
     (from metrics.jsonl), into the workdir unless `write=False`; with a `name` (e.g.
     `report_name(...)`) `<name>.json` and `<name>.md` instead, and no curves, so that an
@@ -225,6 +229,7 @@ def evaluate_workdir(
             max_decode_len=max_decode_len,
             segment_len=segment_len,
             batch_size=batch_size,
+            loss_batch_size=loss_batch_size,
             **options,
         ),
     }
@@ -324,13 +329,15 @@ def evaluate_translator(
     with_loss: bool = True,
     with_speed: bool = True,
     progress: bool | None = None,
+    loss_batch_size: int | None = None,
     **settings: Any,
 ) -> dict[str, Any]:
     """Scores of a translator on text pairs (preprocessed as the split stores them).
 
     sacreBLEU BLEU and chrF on detokenised text with their signatures, BLEU by source length
     (`bleu.LENGTH_BINS` words), the book's mean sentence BLEU (k = 2, on the word tokens),
-    optionally the teacher-forced loss (needs `translator.config`) and the steady-state
+    optionally the teacher-forced loss (needs `translator.config`; `loss_batch_size` rows a
+    batch, default the run's `eval.loss_batch_size`, else `data.batch_size`) and the steady-state
     decoding speed, and samples. `settings` override the translator's decoding settings.
     A decoding longer than a few seconds shows a progress bar on a terminal's stderr
     (`progress`: True always, False never; `evaluation.progress`).
@@ -362,7 +369,7 @@ def evaluate_translator(
         ],
     }
     if with_loss:
-        report.update(teacher_forced_loss(translator, pairs))
+        report.update(teacher_forced_loss(translator, pairs, loss_batch_size))
     if with_speed:
         timed = decode_sentences(translator, speed_sources(sources), **settings)  # compiled
         report["decode_tokens_per_sec"] = timed.generated_tokens / max(timed.seconds, 1e-9)

@@ -100,6 +100,10 @@ def training_defaults() -> ml_collections.ConfigDict:
 def eval_defaults() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
+    # Rows of a loss batch (validation, and the test report's loss); 0 = data.batch_size.
+    # Forward only, any size gives the same loss: lower it if the validation pass runs out
+    # of device memory (a resumed run accepts it, as every eval.* key).
+    c.loss_batch_size = 0
     c.num_bleu_examples = 200  # validation pairs translated for BLEU (evenly spaced); 0 = none
     # Decoding: beam size, the length penalty α, the output budget max_len_a · W + max_len_b
     # (max_decode_len > 0 fixes it instead), segment_len for inputs of several sentences, the
@@ -134,6 +138,7 @@ _NON_NEGATIVE_INTS = (
 )
 _EVAL_INTS = (
     "num_batches",
+    "loss_batch_size",
     "num_bleu_examples",
     "max_decode_len",
     "max_len_b",

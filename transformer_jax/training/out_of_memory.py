@@ -9,8 +9,9 @@ intact. Its fixes are the ones that stage can use, with the values to type:
   fraction of the activations; the next value that divides every batch's rows a device),
   `model.remat` (activations recomputed in the backward pass), `steps_per_call=1` (one batch
   a device call): a resumed run accepts all three (`workdir/resume.py`);
-- the validation pass: its loss batches are `data.batch_size` rows at the full widths; its
-  evaluators (the launcher's validation BLEU) decode as `eval.*` says (batch, beam, pairs);
+- the validation pass: `eval.loss_batch_size` (rows of a loss batch at the full widths,
+  default `data.batch_size`; the same loss at any size); its evaluators (the launcher's
+  validation BLEU) decode as `eval.*` says (batch, beam, pairs): all resumable;
 - building or restoring the state: the parameters and Adam's two moments.
 
 A smaller batch or model is refused by a resumed run (its data stream and checkpoints would
@@ -29,7 +30,7 @@ from pathlib import Path
 import jax
 import ml_collections
 
-from transformer_jax.data.config import train_batch_rows
+from transformer_jax.data.config import eval_rows, train_batch_rows
 from transformer_jax.runtime import device_memory
 from transformer_jax.workdir.checkpoints import CHECKPOINT_DIR
 from transformer_jax.workdir.directory import newest_checkpoint
@@ -82,12 +83,19 @@ class MemoryWatch:
         config, data = self.config, self.config.data
         elsewhere = "" if new else " needs a new --workdir (or --init_from this one)"
         if self.stage == "eval":
+            shards = jax.process_count() * jax.local_device_count()
+            rows = eval_rows(data, shards, config.eval.loss_batch_size)
+            now = f"{rows} validation rows of {data.max_src_len} + {data.max_tgt_len} tokens"
+            if rows <= shards:  # one row a device: only the model or the widths are left
+                return (
+                    f"Its batches are {now}, one a device: a smaller model or shorter "
+                    f"data.max_src_len / max_tgt_len{elsewhere or ' fits'}."
+                )
+            smaller = max(shards, rows // 2 // shards * shards)
             return (
-                f"re-run with a smaller data.batch_size (now {data.batch_size} validation rows of "
-                f"{data.max_src_len} + {data.max_tgt_len} tokens)."
-                if new
-                else f"the validation batches are data.batch_size={data.batch_size} rows of "
-                f"{data.max_src_len} + {data.max_tgt_len} tokens; a smaller one{elsewhere}."
+                f"{'re-run' if new else 'Re-run the same command'} with "
+                f"--config.eval.loss_batch_size={smaller} (now {now} a batch; the same loss "
+                "at any size)" + ("." if new else ": a resumed run accepts it.")
             )
         if self.stage == "evaluators":  # they decode as the eval section says
             e = config.eval

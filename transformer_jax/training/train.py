@@ -136,6 +136,7 @@ def train_and_evaluate(
             process_index=jax.process_index(),
             process_count=processes,
             tokenizers=tokenizers,  # None: build them
+            eval_batch_rows=config.eval.loss_batch_size,
         )
         train_iter = pipeline.train_iter
         total_steps = resolve_num_train_steps(config, train_iter.batches_per_epoch)
