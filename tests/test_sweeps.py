@@ -150,6 +150,32 @@ def test_finished_point_of_another_config_is_refused_naming_the_keys(config_file
         sweeps.run_sweep(other, dry_run=True, log=_quiet)
 
 
+def test_points_saved_before_a_key_was_added_are_reused_where_they_ran_as_its_default(tmp_path):
+    """A finished sweep, then the framework gains a config key (eval.loss_batch_size was
+    one): the saved config.json files lack it, and every point was refused as "another
+    config" (eval.loss_batch_size: '<absent>' -> 0). At its default it is the same run; a
+    swept key the saved run lacked is a difference only where the sweep's value is not its
+    default."""
+    points = sweeps.sweep_points("configs/fra_eng.py:d2l", "norm_placement", tmp_path / "s")
+    sweeps.run_sweep(points, log=_quiet, run_point=_trainer([]))
+    for point in points:  # as a version without these keys saved them
+        path = point.workdir / "config.json"
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        del saved["eval"]["loss_batch_size"]
+        del saved["model"]["norm_placement"]
+        path.write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(sweeps.SweepError) as refused:
+        sweeps.run_sweep(points, log=_quiet, run_point=_trainer([]))
+    lines = str(refused.value).splitlines()[1:-1]
+    assert lines == [
+        "  norm_placement=pre: model.norm_placement: '<absent>' -> 'pre'",
+        "  norm_placement=rezero: model.norm_placement: '<absent>' -> 'rezero'",
+    ]  # "post" is the default, as the saved run ran: not named
+    calls = []
+    assert sweeps.run_sweep(points[:1], log=_quiet, run_point=_trainer(calls)) == []
+    assert calls == []  # finished with this config: reused
+
+
 def test_unfinished_point_of_another_config_is_refused_too(config_file, tmp_path):
     (point,) = sweeps.sweep_points(str(config_file), "one", tmp_path)
     point.workdir.mkdir()

@@ -24,6 +24,7 @@ from tests import tiny_run
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.inference import Translator
+from transformer_jax.training.config import run_defaults
 from transformer_jax.training.finetune import InitFromError
 from transformer_jax.workdir import checkpoints as ckpt
 from transformer_jax.workdir import history
@@ -208,6 +209,24 @@ def test_a_changed_model_key_is_refused_before_anything_is_written(run_copy):
     assert after == before
 
 
+def test_a_run_saved_before_a_key_existed_resumes_as_its_default(run_copy, caplog):
+    """The training launcher passes the defaults: a key its config.json lacks is no change at
+    the default, and a model key at another value is refused before anything is written."""
+    path = run_copy / ckpt.CONFIG_FILE
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    del saved["eval"]["loss_batch_size"], saved["model"]["norm_placement"]
+    path.write_text(json.dumps(saved), encoding="utf-8")
+    config = tiny_config(6)
+    config.model.norm_placement = "pre"  # the saved run ran as the default, post-norm
+    with pytest.raises(ConfigMismatchError, match=r"model.norm_placement: '<absent>' -> 'pre'"):
+        train(run_copy, config=config)
+    with caplog.at_level(logging.INFO):
+        train(run_copy, steps=6)
+    assert ckpt.load_config(run_copy).model.norm_placement == "post"  # recorded again
+    resumed = [r.getMessage() for r in caplog.records if "Resuming" in r.getMessage()]
+    assert len(resumed) == 1 and "with num_train_steps: 4 -> 6" in resumed[0], resumed
+
+
 def test_config_changes_are_classified():
     base = tiny_config()
     base.schedule = "constant"
@@ -231,6 +250,26 @@ def test_config_changes_are_classified():
     del old["data"]["batch_tokens"]  # a key added to the code after the run started
     kinds = {c.key: c.kind for c in config_changes(old, base)}
     assert kinds["data.batch_tokens"] == "new key"
+
+
+def test_a_key_added_since_the_run_is_compared_at_its_default():
+    """A saved config.json lacks the keys added to the code after its run: that run ran as
+    their defaults, so at the default they are no change (a resumed run, a finished sweep
+    point reused after an upgrade), and at another value they are that key's change."""
+    old = tiny_config().to_dict()
+    for section, key in (("data", "batch_tokens"), ("eval", "loss_batch_size")):
+        assert old[section].pop(key) == run_defaults()[section][key]  # at their defaults
+    assert config_changes(old, tiny_config(), run_defaults()) == []
+    new = tiny_config()
+    new.data.batch_tokens, new.eval.loss_batch_size = 144, 8
+    changes = {c.key: (c.old, c.new, c.kind) for c in config_changes(old, new, run_defaults())}
+    assert changes == {
+        "data.batch_tokens": ("<absent>", 144, "refused"),  # another data stream
+        "eval.loss_batch_size": ("<absent>", 8, "accepted"),
+    }
+    old["dropped_key"] = 1  # a key the code no longer has: accepted with a note
+    kinds = {c.key: c.kind for c in config_changes(old, tiny_config(), run_defaults())}
+    assert kinds == {"dropped_key": "new key"}
 
 
 @needs_corpus

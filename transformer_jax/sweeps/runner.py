@@ -47,7 +47,7 @@ from transformer_jax.sweeps.points import (
     read_record,
     write_record,
 )
-from transformer_jax.training.config import validate_config
+from transformer_jax.training.config import run_defaults, validate_config
 from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.resume import config_changes
 
@@ -114,7 +114,9 @@ def saved_config_differences(point: SweepPoint) -> list[str] | None:
         return None
     try:
         saved = upgrade_saved(json.loads(path.read_text(encoding="utf-8")))
-        return [str(change) for change in config_changes(saved, point.config)]
+        # A key the saved config lacks (added to the code since) at its default is no change.
+        changes = config_changes(saved, point.config, run_defaults())
+        return [str(change) for change in changes]
     except (OSError, ValueError, TypeError, AttributeError) as error:
         raise SweepError(
             f"{path} is unreadable ({' '.join(str(error).split())}): restore it, or delete the "

@@ -97,6 +97,16 @@ def training_defaults() -> ml_collections.ConfigDict:
     return c
 
 
+def run_defaults() -> ml_collections.ConfigDict:
+    """Every key of a run config at its default: the training keys with `eval`, `data`
+    (`data_config`) and `model` (`ModelConfig.defaults_dict()`). A workdir's config.json saved
+    before a key existed ran as its default (`workdir.resume.config_changes`)."""
+    c = training_defaults()
+    c.data = data_config()
+    c.model = ml_collections.ConfigDict(ModelConfig.defaults_dict())
+    return c
+
+
 def eval_defaults() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split

@@ -44,7 +44,7 @@ from transformer_jax.runtime import compile_log, configure_process
 from transformer_jax.runtime.commands import command
 from transformer_jax.training import finetune, precompile, preemption
 from transformer_jax.training.builder import Built, build
-from transformer_jax.training.config import resolve_num_train_steps, validate_config
+from transformer_jax.training.config import resolve_num_train_steps, run_defaults, validate_config
 from transformer_jax.training.evaluators import (
     CompileAhead,
     EvalContext,
@@ -124,7 +124,9 @@ def train_and_evaluate(
         devices, processes = jax.local_device_count(), jax.process_count()
         validate_config(config, num_devices=devices, process_count=processes)
         # Writes nothing; raises on refused keys, unless no checkpoint would be mixed up.
-        changes = check_resume_config(config, workdir, restart_from_scratch=restart_from_scratch)
+        changes = check_resume_config(
+            config, workdir, restart_from_scratch=restart_from_scratch, defaults=run_defaults()
+        )
         init_from = None if init_from is None else finetune.check_init_from(init_from, workdir)
         parallel = DataParallel.create(config.parallelism)
 

@@ -21,7 +21,11 @@ are. Before anything is written, `check_resume_config` compares the new config w
   weight decay, gradient accumulation). A new `num_train_steps` / `num_epochs` under a
   `linear` or `cosine` schedule also moves the point where it decays to 0: warned too.
 
-A key the saved config lacks (added to the code since) is accepted with a note.
+A key the saved config lacks was added to the code since; the run ran as its default (a key
+is added with the default that keeps the old behaviour). Given the defaults (`defaults`:
+the training launcher and the sweep runner pass them), the key at its default is no change,
+and at another value it is classified as any change of that key. Without them, or for a key
+the defaults lack, it is accepted with a note ("new key"), as is a key the code has dropped.
 
 A workdir without a checkpoint has nothing to protect: its run stopped before its first save
 (a kill at step 100 of a run that saves at 500). A refused key is then accepted as
@@ -112,17 +116,27 @@ def classify(key: str) -> str:
     return "refused"
 
 
-def config_changes(old: dict, new: ml_collections.ConfigDict | dict) -> list[ConfigChange]:
-    """Every leaf that differs between a saved config (JSON dict) and `new`, classified."""
-    new_dict = new.to_dict() if isinstance(new, ml_collections.ConfigDict) else new
-    new_json = _as_json(new_dict)
+def config_changes(
+    old: dict,
+    new: ml_collections.ConfigDict | dict,
+    defaults: ml_collections.ConfigDict | dict | None = None,
+) -> list[ConfigChange]:
+    """Every leaf that differs between a saved config (JSON dict) and `new`, classified.
+
+    `defaults`: every key's default; a key `old` lacks is then compared at its default (the
+    module docstring)."""
+    new_json = _as_json(_as_dict(new))
     old_flat, new_flat = _flatten(_as_json(old)), _flatten(new_json)
+    default_flat = _flatten(_as_json(_as_dict(defaults))) if defaults is not None else {}
     changes = []
     for key in sorted(set(old_flat) | set(new_flat)):
         before, after = old_flat.get(key, _MISSING), new_flat.get(key, _MISSING)
         if before == after:
             continue
-        if before is _MISSING or after is _MISSING:
+        ran_as = default_flat.get(key, _MISSING) if before is _MISSING else before
+        if ran_as == after:  # a key added since, at the default the saved run ran with
+            continue
+        if after is _MISSING or ran_as is _MISSING:
             kind = "new key"
         else:
             kind = classify(key)
@@ -135,9 +149,14 @@ def config_changes(old: dict, new: ml_collections.ConfigDict | dict) -> list[Con
 
 
 def check_resume_config(
-    config: ml_collections.ConfigDict, workdir: str | Path, *, restart_from_scratch: bool = False
+    config: ml_collections.ConfigDict,
+    workdir: str | Path,
+    *,
+    restart_from_scratch: bool = False,
+    defaults: ml_collections.ConfigDict | None = None,
 ) -> list[ConfigChange]:
     """The accepted changes of `config` against `<workdir>/config.json` ([] if there is none).
+    `defaults`: every key's default, for the keys the saved config lacks (`config_changes`).
 
     Raises `ConfigMismatchError` naming every refused key and the ways forward that can work.
     Refused keys are accepted as "replaced" where no checkpoint would be mixed up: a workdir
@@ -150,7 +169,7 @@ def check_resume_config(
     if not (workdir / ckpt.CONFIG_FILE).is_file():
         return []
     old = ckpt.load_config(workdir).to_dict()
-    changes = config_changes(old, config)
+    changes = config_changes(old, config, defaults)
     refused = [c for c in changes if c.kind == "refused"]
     if not refused:
         return changes
@@ -212,6 +231,10 @@ _MISSING = object()
 def _as_json(tree: dict) -> dict:
     """As config.json holds it (tuples become lists), so that equal values compare equal."""
     return json.loads(json.dumps(tree, default=ckpt._json_default))
+
+
+def _as_dict(tree: ml_collections.ConfigDict | dict) -> dict:
+    return tree.to_dict() if isinstance(tree, ml_collections.ConfigDict) else tree
 
 
 def _show(value: Any) -> Any:
