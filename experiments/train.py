@@ -13,15 +13,16 @@ Multi-host: start one process per host with `--coordinator_address=host:port
 
 Exit codes: 0 done; 2 a `FATAL:` line (a refused start, a fault: a NaN loss, a failed save,
 a full disk, a damaged file; another trainer holds the workdir); 75
-(`training.preemption.EXIT_CODE`) stopped by SIGTERM or SIGINT after saving a checkpoint, one
-line "Stopped by SIGTERM: saved step N; re-run the same command to resume." (a second signal
-ends it at once: 143/130), or by SIGTERM before or after the training loop (nothing is lost;
-during the closing report, the re-run writes it);
+(`training.preemption.EXIT_CODE`) stopped by SIGTERM, SIGINT or SIGHUP (a closed terminal)
+after saving a checkpoint, one line "Stopped by SIGTERM: saved step N; re-run the same
+command to resume." (a second signal ends it at once: 143/130), or by SIGTERM before or
+after the training loop (nothing is lost; during the closing report, the re-run writes it);
 130 Ctrl-C before or after the training loop (nothing is lost).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -201,7 +202,8 @@ def _train_and_report(training) -> None:
     except ConfigError as error:
         launch.fatal(f"invalid config: {error}")
     except Preempted as error:  # the checkpoint is saved: a restart script re-runs on 75
-        print(error, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(error, file=sys.stderr, flush=True)
         sys.exit(EXIT_CODE)
     except (
         CheckpointSaveError,

@@ -225,3 +225,50 @@ def test_sigterm_during_the_closing_report_is_one_line_and_exit_75(tmp_path):
     again = subprocess.run(report, cwd=REPO, env=subprocess_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (workdir / "eval_report.md").is_file()
+
+
+# Started in a terminal (the pty's slave its controlling terminal, the session's leader), then
+# the terminal closes: the kernel sends SIGHUP and every later write to it fails (EIO).
+IN_A_TERMINAL = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+@pytest.mark.skipif(not SHARED_ZIP.is_file(), reason=f"corpus not found at {SHARED_ZIP}")
+def test_a_closed_terminal_saves_a_checkpoint_and_exits_75(tmp_path):
+    """A run started in an ssh session without nohup or tmux: the session closes. SIGHUP's
+    default ended the run at once, losing the steps since the last checkpoint (here all of
+    them: the first periodic save is at step 1,000)."""
+    import pty
+
+    workdir = tmp_path / "run"
+    command = tiny_command(workdir, 400, "--config.checkpoint_every_steps=1000")
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", IN_A_TERMINAL, *command[1:]],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,  # its own session, which the terminal becomes the ctty of
+    )
+    os.close(slave)
+    output = b""
+    try:
+        while not re.search(rb"\] step (\d+)/400 ", output):
+            chunk = os.read(master, 65536)  # the run's terminal output
+            assert chunk, output[-3000:]
+            output += chunk
+        os.close(master)  # the terminal closes: SIGHUP, and its writes fail from now on
+        code = process.wait(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    assert code == preemption.EXIT_CODE, (code, output[-3000:])
+    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(steps) == 1 and 1 <= steps[0] < 400, steps  # saved where it stopped
+    assert not (workdir / ".lock").exists()

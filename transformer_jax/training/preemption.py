@@ -1,14 +1,21 @@
-"""Preemption: SIGTERM or SIGINT saves a checkpoint at the next step boundary, then stops.
+"""Preemption: SIGTERM, SIGINT or SIGHUP saves a checkpoint at the next step boundary, then
+stops.
 
 Preemptible VMs, Slurm, Kubernetes and `docker stop` send SIGTERM and kill the process a
-grace period later; Colab and a terminal send SIGINT. Python's defaults end the run at once
-(SIGTERM) or with a KeyboardInterrupt traceback (SIGINT), losing every step since the last
-checkpoint. While `StopSignals` is installed (the train loop, `train_and_evaluate`), the
-first of either signal is only recorded; the loop sees it after the step in flight, saves a
-checkpoint, waits for it, and raises `Preempted`, which `experiments/train.py` prints as one
-line and exits with `EXIT_CODE`. Re-running the same command resumes bit for bit.
+grace period later; Colab and a terminal send SIGINT; a terminal or ssh session that closes
+under a run started without nohup or tmux sends SIGHUP. Python's defaults end the run at
+once (SIGTERM, SIGHUP) or with a KeyboardInterrupt traceback (SIGINT), losing every step
+since the last checkpoint. While `StopSignals` is installed (the train loop,
+`train_and_evaluate`), the first of them is only recorded; the loop sees it after the step
+in flight, saves a checkpoint, waits for it, and raises `Preempted`, which
+`experiments/train.py` prints as one line and exits with `EXIT_CODE`. Re-running the same
+command resumes bit for bit.
 
-A second signal ends the process at once, without saving: after the first one both signals
+After SIGHUP the terminal is gone and writing to it fails (EIO): the loop writes only through
+`logging`, which drops what it cannot write, so the save goes on; the notice of the signal
+and the closing line are skipped where they cannot be written.
+
+A second signal ends the process at once, without saving: after the first one the signals
 get the operating system's default action back, which acts even while Python is inside a
 long call (an XLA compile, a device step) where no Python handler can run. (In a notebook,
 a second interrupt therefore restarts the kernel.)
@@ -37,7 +44,8 @@ from absl import logging
 # EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry". A script
 # that restarts preempted jobs re-runs the same command on this code.
 EXIT_CODE = 75
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP where the platform has it (not Windows).
+SIGNALS = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
 class Preempted(Exception):
@@ -51,19 +59,19 @@ class Preempted(Exception):
 
 
 class StopSignals:
-    """Records the first SIGTERM/SIGINT between `install()` and `restore()`."""
+    """Records the first of `SIGNALS` between `install()` and `restore()`."""
 
     def __init__(self) -> None:
-        self.received: str | None = None  # "SIGTERM" or "SIGINT" once one arrived
+        self.received: str | None = None  # "SIGTERM", "SIGINT" or "SIGHUP" once one arrived
         self._previous: dict[signal.Signals, Any] = {}
 
     @classmethod
     def install(cls) -> StopSignals:
-        """Catches SIGTERM and SIGINT from now on (main thread only; elsewhere, logs why not)."""
+        """Catches `SIGNALS` from now on (main thread only; elsewhere, logs why not)."""
         stop = cls()
         if threading.current_thread() is not threading.main_thread():
             logging.info(
-                "Training outside the main thread: SIGTERM/SIGINT are not caught, so a "
+                "Training outside the main thread: SIGTERM/SIGINT/SIGHUP are not caught, so a "
                 "preemption loses the steps since the last checkpoint."
             )
             return stop
@@ -84,11 +92,14 @@ class StopSignals:
         for other in SIGNALS:  # a second signal: the OS default, which acts at once
             signal.signal(other, signal.SIG_DFL)
         # os.write, not logging or print: the main thread may be inside a write to stderr.
-        os.write(
-            2,
-            f"{self.received} received: stopping after this step with a checkpoint; send it "
-            "again to stop at once, without saving.\n".encode(),
-        )
+        try:
+            os.write(
+                2,
+                f"{self.received} received: stopping after this step with a checkpoint; send "
+                "it again to stop at once, without saving.\n".encode(),
+            )
+        except OSError:  # no stderr to write to (SIGHUP: the terminal is gone): save anyway
+            pass
 
     def requested(self, step: int, every: int) -> str | None:
         """The signal to stop on at the boundary after `step`, or None.
