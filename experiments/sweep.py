@@ -16,6 +16,7 @@ sweep directory.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from absl import app, flags, logging
@@ -65,7 +66,8 @@ def main(argv: list[str]) -> None:
         sweeps.run_sweep(points)
         rows = sweeps.gather(points, sweep_dir)
     except sweeps.SweepInterrupted as stop:  # nothing recorded as failed: all resumable
-        print(stop, file=sys.stderr)
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(stop, file=sys.stderr)
         sys.exit(stop.exit_code)
     except ValueError as error:  # another sweep holds the folder; a results file unwritable
         launch.fatal(str(error))

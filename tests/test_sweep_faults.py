@@ -73,6 +73,7 @@ TRAINER = textwrap.dedent(
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     open(os.path.join(out, "pid"), "w").write(str(os.getpid()))
     print("step 1", flush=True)
     time.sleep(60)
@@ -130,15 +131,17 @@ def _gone(pid: int, within: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
+@pytest.mark.parametrize("how", ["ctrl_c", "sigterm", "sighup"])
 def test_a_stopped_sweep_lets_its_trainer_save_and_records_nothing_as_failed(tmp_path, how):
     driver, child = _start_sweep(tmp_path)
     if how == "ctrl_c":  # a terminal's Ctrl-C: SIGINT to the foreground process group
         os.killpg(driver.pid, signal.SIGINT)
+    elif how == "sighup":  # the terminal closed: SIGHUP to its session's processes
+        os.killpg(driver.pid, signal.SIGHUP)
     else:  # `kill PID` of the sweep alone
         driver.send_signal(signal.SIGTERM)
     _, stderr = driver.communicate(timeout=60)
-    name = "SIGINT" if how == "ctrl_c" else "SIGTERM"
+    name = {"ctrl_c": "SIGINT", "sigterm": "SIGTERM", "sighup": "SIGHUP"}[how]
     assert driver.returncode == 75, stderr
     assert stderr.strip() == (
         f"Stopped by {name} during point a=1 (its checkpoint saved); re-run the same command "

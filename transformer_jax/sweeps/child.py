@@ -1,13 +1,15 @@
 """One point's training process, stopped the way the train launcher expects to be stopped.
 
-The train launcher saves a checkpoint on SIGINT/SIGTERM and exits with
+The train launcher saves a checkpoint on SIGINT/SIGTERM/SIGHUP and exits with
 `training.preemption.EXIT_CODE` (75) (transformer_jax/training/preemption.py); saving can
 take seconds. `subprocess.run` gives its child 0.25 s after a Ctrl-C, then SIGKILLs it, and a
 SIGTERM to the sweep alone left the child training as an orphan. So here:
 
 - the child runs in its own session (process group): a Ctrl-C in the terminal reaches the
   sweep only, which forwards it once, so the child sees exactly one signal;
-- the first SIGINT/SIGTERM to the sweep is forwarded to the child, which saves and exits;
+- the first SIGINT/SIGTERM/SIGHUP to the sweep is forwarded to the child, which saves and
+  exits (SIGHUP: the sweep's terminal closed; the child, in a session of its own, never
+  gets the terminal's);
   the sweep then raises `SweepInterrupted` with the child's exit code; a second signal
   kills the child at once (as a second Ctrl-C stops the train launcher at once);
 - on Linux the child gets SIGTERM when the sweep dies by any means, SIGKILL included
@@ -31,7 +33,8 @@ from typing import IO, Any
 
 from transformer_jax.training.preemption import EXIT_CODE as PREEMPTED  # saved, then stopped
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP where the platform has it (not Windows): a closed terminal or ssh session.
+SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 # argv: the sweep's PID, then the command. PR_SET_PDEATHSIG is 1 (linux/prctl.h); a sweep
 # that died before the prctl is seen by the PID check (the child was re-parented).
 _DIE_WITH_PARENT = (
@@ -66,7 +69,7 @@ class SweepInterrupted(Exception):
 
 
 class SignalGuard:
-    """While installed (main thread only), SIGINT/SIGTERM are forwarded to the running child:
+    """While installed (main thread only), `SIGNALS` are forwarded to the running child:
     the first asks it to stop, a second kills it. With no child running the first one raises
     `SweepInterrupted` at once (nothing to wait for)."""
 
