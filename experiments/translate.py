@@ -92,6 +92,13 @@ flags.DEFINE_enum(
     "the CTranslate2 export in --model_dir (experiments.export --format=ctranslate2).",
 )
 flags.DEFINE_string("model_dir", None, "CTranslate2 export directory (--engine=ctranslate2).")
+flags.DEFINE_integer(
+    "max_notes",
+    10,
+    "Notes on stderr of each kind (a sentence longer than any trained on, a translation cut "
+    "by its length budget, ...), then one line counting the rest; 0 = every note.",
+    lower_bound=0,
+)
 flags.DEFINE_bool(
     "interactive",
     False,
@@ -106,6 +113,7 @@ def main(argv: list[str]) -> None:
         return _main_ctranslate2(argv)
     if not FLAGS.workdir:
         launch.fatal(f"--workdir is missing: {FLAGS['workdir'].help}")
+    from transformer_jax.evaluation import note_limit
     from transformer_jax.evaluation.output_file import write_lines
     from transformer_jax.evaluation.translate_cli import (
         first_workdir,
@@ -134,7 +142,11 @@ def main(argv: list[str]) -> None:
         launch.start_backend()
         # Out of device memory: one line; a file output keeps its old content, a stream
         # the lines already written.
-        with _output(streaming) as output, out_of_memory("translating", _memory_fixes):
+        with (
+            _output(streaming) as output,
+            out_of_memory("translating", _memory_fixes),
+            note_limit.limited(FLAGS.max_notes, sys.stderr),  # its count before a FATAL line
+        ):
             if streaming:
                 translate_stream(
                     FLAGS.workdir, sys.stdin, output, one_line=FLAGS.interactive, **options
@@ -218,6 +230,7 @@ def _output(streaming: bool) -> Iterator[TextIO]:
 
 
 def _main_ctranslate2(argv: list[str]) -> None:
+    from transformer_jax.evaluation import note_limit
     from transformer_jax.evaluation.output_file import write_lines
     from transformer_jax.evaluation.stream_encoding import check_translations_fit, output_characters
     from transformer_jax.evaluation.translate_cli import (
@@ -256,7 +269,8 @@ def _main_ctranslate2(argv: list[str]) -> None:
     streaming = _check_input_output(argv)
     options = _decoding_options()  # --nbest, --temperature, ..., --prefix
     try:
-        with _output(streaming) as output:  # opened before decoding: a bad path fails now
+        # The output opened before decoding: a bad path fails now.
+        with _output(streaming) as output, note_limit.limited(FLAGS.max_notes, sys.stderr):
             translator = open_translator(FLAGS.model_dir)  # loaded once for every chunk
             truecaser = load_truecaser(FLAGS.model_dir) if FLAGS.text == "natural" else None
             natural = truecaser.natural if truecaser is not None else None
@@ -281,6 +295,7 @@ def _ct2_lines(
     """translate(sentences, first_number) -> output lines with the CTranslate2 export, its
     notes (the JAX engine's, sentences numbered from first_number; the prefix's with the
     first line's) on stderr: what `translate_cli.translate_workdir` is to the JAX engine."""
+    from transformer_jax.evaluation import note_limit
     from transformer_jax.evaluation.translate_cli import format_lines, nbest_lines
     from transformer_jax.export.ct2_translate import translate_detailed
     from transformer_jax.inference.notes import prefix_notes
@@ -306,8 +321,7 @@ def _ct2_lines(
                 position_limit=out.max_positions,
                 table="the export's position table",
             )
-        for note in notes:
-            print(note, file=sys.stderr)
+        note_limit.emit(notes, sys.stderr)
         if FLAGS.nbest is not None:
             return nbest_lines(sentences, out.hypotheses, natural, first_index=first_number - 1)
         return format_lines(sentences, out.texts, FLAGS.format, natural)

@@ -30,6 +30,7 @@ from absl import logging
 from transformer_jax.data.text_form import clean_text
 from transformer_jax.decoding.batch_decode import position_limit
 from transformer_jax.decoding.options import Hypotheses
+from transformer_jax.evaluation import note_limit
 from transformer_jax.evaluation.output_file import write_lines
 from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
@@ -223,8 +224,7 @@ def translate_workdir(
             max_decode_len=max_decode_len or translator.settings.get("max_decode_len"),
             position_limit=position_limit(translator.model_config),
         )
-    for note in notes:
-        print(note, file=stderr)
+    note_limit.emit(notes, stderr)
     if attention_plot:
         _plot_first(translator, prepared, out, attention_plot)
     natural = translator.natural if text == "natural" else None
