@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import REPO, subprocess_env
 from transformer_jax.data.config import SHARED_ZIP
 from transformer_jax.evaluation import note_limit
-from transformer_jax.inference.notes import cut_note, long_note
+from transformer_jax.inference.notes import cut_note, long_note, unknown_note
 
 
 def _notes(count: int) -> list[str]:
@@ -38,6 +38,17 @@ def test_the_first_notes_of_each_kind_then_one_line_a_kind_counting_the_rest():
         "note: 1,198 more notes like \"sentence 2's translation was cut at 96 tokens, the most "
         'its length allow…" were left out (--max_notes=0 prints every note).',
     ]
+
+
+def test_notes_listing_other_words_are_one_kind():
+    words = [["xyz"], ["l'homme", "qq"], list("abcdefg")]  # 7 words: "... and 2 more"
+    notes = [unknown_note(number, listed) for number, listed in enumerate(words * 3, 1)]
+    stream = io.StringIO()
+    with note_limit.limited(2, stream):
+        note_limit.emit(notes, stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[:2] == notes[:2] and len(lines) == 3, lines
+    assert lines[2].startswith("note: 7 more notes like \"sentence 2 has \"l'homme\", 'qq',")
 
 
 @pytest.mark.parametrize("inside", [True, False])

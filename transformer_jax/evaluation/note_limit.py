@@ -12,7 +12,9 @@ counted, and one line per kind says how many were left out when the command ends
         note_limit.emit(notes, sys.stderr)  # both engines print their notes this way
 
 Two notes are of one kind when they differ only in their numbers (the sentence, its
-tokens). Outside `limited` every note is printed: a library caller gets them all.
+tokens) and in the quoted words they list (`inference.notes`: "has 'xyz', 'qq' and 3
+more, which the model's vocabulary does not cover"). Outside `limited` every note is
+printed: a library caller gets them all.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from typing import TextIO
 
 _NUMBER = re.compile(r"\d[\d,]*")
+_QUOTED = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""  # a word as repr() quotes it
+_WORDS = re.compile(rf"{_QUOTED}(?:, {_QUOTED})*(?: and \d[\d,]* more)?")
 _EXAMPLE_CHARS = 72
 
 
@@ -37,7 +41,7 @@ class _Limit:
     last_shown: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def admit(self, note: str) -> bool:
-        kind = _NUMBER.sub("N", note)
+        kind = _NUMBER.sub("N", _WORDS.sub("W", note))
         if self.shown[kind] < self.per_kind:
             self.shown[kind] += 1
             self.last_shown[kind] = note
