@@ -156,7 +156,8 @@ def test_points_saved_before_a_key_was_added_are_reused_where_they_ran_as_its_de
     config" (eval.loss_batch_size: '<absent>' -> 0). At its default it is the same run; a
     swept key the saved run lacked is a difference only where the sweep's value is not its
     default."""
-    points = sweeps.sweep_points("configs/fra_eng.py:d2l", "norm_placement", tmp_path / "s")
+    config = f"{REPO / 'configs' / 'fra_eng.py'}:d2l"
+    points = sweeps.sweep_points(config, "norm_placement", tmp_path / "s")
     sweeps.run_sweep(points, log=_quiet, run_point=_trainer([]))
     for point in points:  # as a version without these keys saved them
         path = point.workdir / "config.json"
