@@ -236,7 +236,7 @@ def _train_and_report(training) -> None:
 
         _STAGE[0] = "during the closing report"
         try:
-            with device_memory.out_of_memory("decoding the closing test report", _report_fixes):
+            with device_memory.out_of_memory("in the closing test report", _report_fixes):
                 test_report(FLAGS.workdir, FLAGS.config.eval.num_test_examples)
         except (ReportWriteError, DeviceMemoryError) as error:  # the model is saved
             launch.fatal(str(error))
@@ -245,12 +245,13 @@ def _train_and_report(training) -> None:
 def _report_fixes() -> str:
     """What a closing report that ran out of device memory can change (`eval.*`, which a
     finished run's command accepts: it then writes the report alone)."""
-    e = FLAGS.config.eval
+    e, data = FLAGS.config.eval, FLAGS.config.data
     return (
         "The trained model is saved. Re-run the same command with a smaller "
-        f"--config.eval.decode_batch_size (now {e.decode_batch_size} sentences) or "
-        f"--config.eval.beam_size (now {e.beam_size}): it writes the report from the last "
-        "checkpoint."
+        f"--config.eval.decode_batch_size (now {e.decode_batch_size} sentences), "
+        f"--config.eval.beam_size (now {e.beam_size}) or, for its loss pass, "
+        f"--config.eval.loss_batch_size (now {e.loss_batch_size or data.batch_size} rows): it "
+        "writes the report from the last checkpoint."
     )
 
 

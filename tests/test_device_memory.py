@@ -215,6 +215,38 @@ def test_a_later_out_of_memory_keeps_the_checkpoint_and_its_fix_resumes(tmp_path
     assert steps == [1, 2, 3, 4, 5, 6], steps
 
 
+@needs_corpus
+def test_an_out_of_memory_in_the_closing_report_names_its_fixes_and_the_rerun_writes_it(
+    tmp_path,
+):
+    """The model is saved when the closing report runs: its loss pass (or decoding) out of
+    memory names the eval.* values to lower, and the same command with one writes it."""
+    workdir = tmp_path / "run"
+    command = tiny_command(workdir, 4, "--config.eval.num_test_examples=8")
+    prelude = f"""
+        import jax
+        from transformer_jax.evaluation import report
+        def teacher_forced_loss(*args, **kwargs):
+            raise jax.errors.JaxRuntimeError({OOM!r})
+        report.teacher_forced_loss = teacher_forced_loss
+    """
+    fatal = one_fatal_line(run_module_after(prelude, "experiments.train", *command[3:]))
+    assert "ran out of memory in the closing test report (XLA: Out of memory" in fatal, fatal
+    assert fatal.endswith(
+        "The trained model is saved. Re-run the same command with a smaller "
+        "--config.eval.decode_batch_size (now 64 sentences), --config.eval.beam_size (now 1) "
+        "or, for its loss pass, --config.eval.loss_batch_size (now 16 rows): it writes the "
+        "report from the last checkpoint."
+    ), fatal
+    assert not (workdir / "eval_report.json").exists()
+    again = subprocess.run(
+        [*command, "--config.eval.loss_batch_size=8"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((workdir / "eval_report.json").read_text(encoding="utf-8"))["loss"] > 0
+
+
 # XLA's error raised by the decoding itself, in the launcher's own process.
 DECODING = """
     import jax
