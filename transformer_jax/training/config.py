@@ -109,7 +109,8 @@ def run_defaults() -> ml_collections.ConfigDict:
 
 def eval_defaults() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.num_batches = 0  # validation batches for loss/accuracy; 0 = the whole eval split
+    # Validation batches for loss/accuracy (of loss_batch_size rows); 0 = the whole eval split.
+    c.num_batches = 0
     # Rows of a loss batch (validation, and the test report's loss); 0 = data.batch_size.
     # Forward only, any size gives the same loss: lower it if the validation pass runs out
     # of device memory (a resumed run accepts it, as every eval.* key).
