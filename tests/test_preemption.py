@@ -272,3 +272,24 @@ def test_a_closed_terminal_saves_a_checkpoint_and_exits_75(tmp_path):
     steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     assert len(steps) == 1 and 1 <= steps[0] < 400, steps  # saved where it stopped
     assert not (workdir / ".lock").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_run_started_under_nohup_keeps_ignoring_sighup():
+    """nohup sets SIGHUP to SIG_IGN so that the run outlives its terminal: it must train on
+    when the terminal closes, and stay so after another signal asked it to stop."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    old_term = signal.getsignal(signal.SIGTERM)
+    try:
+        stop = preemption.StopSignals.install()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing recorded
+        assert stop.requested(1, every=1) is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested(2, every=1) == "SIGTERM"
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN  # not reset to the default
+        stop.restore()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+        signal.signal(signal.SIGTERM, old_term)

@@ -345,3 +345,17 @@ def test_extra_flags_are_checked_against_the_train_launcher_before_anything_runs
 def test_an_empty_sweep_is_one_error_naming_it(config_file, tmp_path):
     with pytest.raises(sweeps.SweepError, match=r"Sweep 'empty' of .*cfg.py has no points"):
         sweeps.sweep_points(str(config_file), "empty", tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_sweep_started_under_nohup_keeps_ignoring_sighup():
+    from transformer_jax.sweeps.child import SignalGuard
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts it
+    try:
+        with SignalGuard():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL  # the others caught
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from transformer_jax.training.preemption import EXIT_CODE as PREEMPTED  # saved, then stopped
+from transformer_jax.training.preemption import KEPT_IF_IGNORED
 
 # SIGHUP where the platform has it (not Windows): a closed terminal or ssh session.
 SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
@@ -81,6 +82,8 @@ class SignalGuard:
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                if sig in KEPT_IF_IGNORED and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # a sweep started under nohup outlives its terminal, as asked
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -11,7 +11,8 @@ in flight, saves a checkpoint, waits for it, and raises `Preempted`, which
 `experiments/train.py` prints as one line and exits with `EXIT_CODE`. Re-running the same
 command resumes bit for bit.
 
-After SIGHUP the terminal is gone and writing to it fails (EIO): the loop writes only through
+A run started with `nohup` ignores SIGHUP and trains on, as nohup asks. After SIGHUP the
+terminal is gone and writing to it fails (EIO): the loop writes only through
 `logging`, which drops what it cannot write, so the save goes on; the notice of the signal
 and the closing line are skipped where they cannot be written.
 
@@ -46,6 +47,9 @@ from absl import logging
 EXIT_CODE = 75
 # SIGHUP where the platform has it (not Windows).
 SIGNALS = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+# Left alone where the process ignores it: `nohup` sets SIGHUP to SIG_IGN so that a run
+# outlives its terminal, and a run so started must train on when the terminal closes.
+KEPT_IF_IGNORED = frozenset(SIGNALS[2:])
 
 
 class Preempted(Exception):
@@ -76,6 +80,8 @@ class StopSignals:
             )
             return stop
         for signum in SIGNALS:
+            if signum in KEPT_IF_IGNORED and signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # started under nohup: the run outlives its terminal, as asked
             stop._previous[signum] = signal.signal(signum, stop._handle)
         return stop
 
@@ -89,7 +95,7 @@ class StopSignals:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is None:
             self.received = signal.Signals(signum).name
-        for other in SIGNALS:  # a second signal: the OS default, which acts at once
+        for other in self._previous:  # a second signal: the OS default, which acts at once
             signal.signal(other, signal.SIG_DFL)
         # os.write, not logging or print: the main thread may be inside a write to stderr.
         try:
