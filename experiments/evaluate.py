@@ -123,8 +123,10 @@ def _memory_fixes(config) -> str:
     """What an evaluation that ran out of device memory can change, with the values now."""
     batch = FLAGS.batch_size or config.eval.decode_batch_size
     beam = FLAGS.beam_size or config.eval.beam_size
-    rows = FLAGS.loss_batch_size or config.eval.get("loss_batch_size", 0)
-    rows = rows or config.data.batch_size
+    from transformer_jax.data.config import eval_rows
+
+    # As the loss pass sizes it (before its rounding up to the devices).
+    rows = eval_rows(config.data, 1, FLAGS.loss_batch_size or config.eval.get("loss_batch_size", 0))
     return (
         f"Lower --batch_size (now {batch} sentences a decoding batch), --beam_size (now "
         f"{beam}) or --loss_batch_size (now {rows} rows a batch of the loss pass)."

@@ -245,12 +245,15 @@ def _train_and_report(training) -> None:
 def _report_fixes() -> str:
     """What a closing report that ran out of device memory can change (`eval.*`, which a
     finished run's command accepts: it then writes the report alone)."""
-    e, data = FLAGS.config.eval, FLAGS.config.data
+    from transformer_jax.data.config import eval_rows
+
+    e = FLAGS.config.eval
+    rows = eval_rows(FLAGS.config.data, 1, e.loss_batch_size)  # before rounding to the devices
     return (
         "The trained model is saved. Re-run the same command with a smaller "
         f"--config.eval.decode_batch_size (now {e.decode_batch_size} sentences), "
         f"--config.eval.beam_size (now {e.beam_size}) or, for its loss pass, "
-        f"--config.eval.loss_batch_size (now {e.loss_batch_size or data.batch_size} rows): it "
+        f"--config.eval.loss_batch_size (now {rows} rows): it "
         "writes the report from the last checkpoint."
     )
 

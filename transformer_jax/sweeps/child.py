@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from transformer_jax.training.preemption import EXIT_CODE as PREEMPTED  # saved, then stopped
-from transformer_jax.training.preemption import KEPT_IF_IGNORED
+from transformer_jax.training.preemption import signals_to_catch
 
-# SIGHUP where the platform has it (not Windows): a closed terminal or ssh session.
-SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 # argv: the sweep's PID, then the command. PR_SET_PDEATHSIG is 1 (linux/prctl.h); a sweep
 # that died before the prctl is seen by the PID check (the child was re-parented).
 _DIE_WITH_PARENT = (
@@ -70,7 +68,8 @@ class SweepInterrupted(Exception):
 
 
 class SignalGuard:
-    """While installed (main thread only), `SIGNALS` are forwarded to the running child:
+    """While installed (main thread only), the signals the train launcher stops on
+    (`preemption.signals_to_catch`) are forwarded to the running child:
     the first asks it to stop, a second kills it. With no child running the first one raises
     `SweepInterrupted` at once (nothing to wait for)."""
 
@@ -81,9 +80,7 @@ class SignalGuard:
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                if sig in KEPT_IF_IGNORED and signal.getsignal(sig) == signal.SIG_IGN:
-                    continue  # a sweep started under nohup outlives its terminal, as asked
+            for sig in signals_to_catch():
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

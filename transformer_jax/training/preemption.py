@@ -45,11 +45,15 @@ from absl import logging
 # EX_TEMPFAIL (sysexits.h): "a temporary failure; the user is invited to retry". A script
 # that restarts preempted jobs re-runs the same command on this code.
 EXIT_CODE = 75
-# SIGHUP where the platform has it (not Windows).
-SIGNALS = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
-# Left alone where the process ignores it: `nohup` sets SIGHUP to SIG_IGN so that a run
-# outlives its terminal, and a run so started must train on when the terminal closes.
-KEPT_IF_IGNORED = frozenset(SIGNALS[2:])
+# SIGHUP where the platform has it (not Windows): a closed terminal or ssh session.
+_HANGUP = (signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()
+SIGNALS = (signal.SIGTERM, signal.SIGINT, *_HANGUP)
+
+
+def signals_to_catch() -> list[signal.Signals]:
+    """`SIGNALS`, less SIGHUP where this process ignores it: `nohup` sets SIG_IGN so that a
+    run outlives its terminal, and a run (or sweep) so started must go on when it closes."""
+    return [s for s in SIGNALS if s not in _HANGUP or signal.getsignal(s) != signal.SIG_IGN]
 
 
 class Preempted(Exception):
@@ -79,9 +83,7 @@ class StopSignals:
                 "preemption loses the steps since the last checkpoint."
             )
             return stop
-        for signum in SIGNALS:
-            if signum in KEPT_IF_IGNORED and signal.getsignal(signum) == signal.SIG_IGN:
-                continue  # started under nohup: the run outlives its terminal, as asked
+        for signum in signals_to_catch():
             stop._previous[signum] = signal.signal(signum, stop._handle)
         return stop
 

@@ -169,18 +169,18 @@ def restore_params(
       the steps ascend. Otherwise the steps are ().
     """
     directory = Path(manager.directory)
-    available = ckpt.list_steps(manager)  # as on disk now: a trainer may be saving
-    if step is not None and step not in available:
-        raise ckpt.NoCheckpointError(
-            f"no checkpoint for step {step} in {directory}; available steps: {available}."
-        )
     read = lambda s: read_params(manager, s, abstract)  # noqa: E731
-    if average_last != 1:
+    if average_last != 1:  # lists the steps itself, `step` among them
         found = averaging.last_readable(manager, read, average_last, end_step=step)
         steps = tuple(sorted(s for s, _ in found))
         params = averaging.average_trees([p for _, (p, _) in reversed(found)])  # ascending
         return params, found[0][1][1], steps
     if step is not None:
+        available = ckpt.list_steps(manager)  # as on disk now: a trainer may be saving
+        if step not in available:
+            raise ckpt.NoCheckpointError(
+                f"no checkpoint for step {step} in {directory}; available steps: {available}."
+            )
         params, meta = read(step)
         return params, meta, ()
     try:
