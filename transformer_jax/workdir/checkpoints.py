@@ -41,7 +41,7 @@ from transformer_jax.runtime.atomic_files import write_text_atomically
 from transformer_jax.runtime.commands import shell_path, train_command
 from transformer_jax.workdir.config_renames import upgrade_saved
 from transformer_jax.workdir.lock import trainer_in
-from transformer_jax.workdir.read_noise import quiet_failed_reads
+from transformer_jax.workdir.read_noise import quiet_failed_reads, quiet_vanished_steps
 from transformer_jax.workdir.state_checks import (
     DIGEST_KEY,
     StateShapeError,
@@ -175,7 +175,9 @@ def make_manager(
 
     A reader may open it while a trainer rotates its checkpoints: orbax lists the steps and
     then reads each one's commit time, so a step deleted in between raises
-    FileNotFoundError (or NotADirectoryError); the listing is then simply done again.
+    FileNotFoundError (or NotADirectoryError); the listing is then simply done again. Where
+    the step's metadata file vanished between orbax's look and its read, orbax logs an error
+    and lists the step without its time: that error is dropped (`quiet_vanished_steps`).
     """
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep,
@@ -185,11 +187,12 @@ def make_manager(
     )
     for attempt in range(_LISTING_ATTEMPTS):
         try:
-            manager = ocp.CheckpointManager(
-                Path(workdir).absolute() / CHECKPOINT_DIR,
-                options=options,
-                item_names=("state", "data", "meta"),
-            )
+            with quiet_vanished_steps():
+                manager = ocp.CheckpointManager(
+                    Path(workdir).absolute() / CHECKPOINT_DIR,
+                    options=options,
+                    item_names=("state", "data", "meta"),
+                )
             break
         except _VANISHED:
             if attempt == _LISTING_ATTEMPTS - 1:
@@ -222,8 +225,9 @@ def list_steps(manager: ocp.CheckpointManager) -> list[int]:
     for attempt in range(_LISTING_ATTEMPTS):
         last = attempt == _LISTING_ATTEMPTS - 1
         try:
-            manager.reload()
-            steps = sorted(manager.all_steps())
+            with quiet_vanished_steps():
+                manager.reload()
+                steps = sorted(manager.all_steps())
         except _VANISHED:
             if last:
                 raise

@@ -16,6 +16,9 @@ that drops exactly the closed-loop reports and passes every other unraisable exc
 the hook it replaced, and a filter on the "asyncio" logger that drops the never-retrieved
 errors; `drain` collects the abandoned tasks while both are in place. Both are removed on
 exit.
+
+`quiet_vanished_steps()` drops orbax's error for a step's metadata file deleted while a
+reader lists the steps of a run that is training (its checkpoints rotating).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 _CLOSED_LOOP = "Event loop is closed"
@@ -86,3 +90,43 @@ def quiet_failed_reads() -> Iterator[_Quiet]:
     finally:
         asyncio_logger.removeFilter(quiet)
         sys.unraisablehook = quiet.previous
+
+
+# orbax's words when a step's metadata file cannot be read (`metadata/checkpoint.py`): the
+# file was there and is gone by the read, or it is not there at all.
+_READ_FAILED = "Failed to read Metadata file: "
+_NOT_THERE = "Metadata file does not exist: "
+
+
+class _VanishedStep(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (drop) for orbax's failed read of a step's metadata that a trainer deleted:
+        the file gone since orbax saw it, or not there because its step directory is gone."""
+        message = str(record.msg)
+        if not message.startswith((_READ_FAILED, _NOT_THERE)) or not record.args:
+            return True
+        try:
+            path = Path(str(record.args[0]))
+            return (path if message.startswith(_READ_FAILED) else path.parent).exists()
+        except OSError:  # cannot tell: keep the record
+            return True
+
+
+@contextlib.contextmanager
+def quiet_vanished_steps() -> Iterator[None]:
+    """Drops orbax's ERROR "Failed to read Metadata file: <step>/_CHECKPOINT_METADATA"
+    (and its "does not exist" warning) inside the block where the file is gone by then.
+
+    A reader listing the checkpoints of a run that is training reads each step's metadata;
+    a trainer keeping `keep_checkpoints` steps deletes the oldest after each save, so a step
+    listed a moment before may be gone when its file is opened. That is the rotation, not a
+    fault (the listing is done again, `checkpoints.list_steps`); a file that is still there
+    and cannot be read (its permissions, say) is still reported.
+    """
+    quiet = _VanishedStep()
+    logger = logging.getLogger("absl")  # orbax logs through absl's logger
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
