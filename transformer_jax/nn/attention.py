@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
 from transformer_jax.nn.einsum import Einsum
+from transformer_jax.nn.params import param
 
 Array = jnp.ndarray
 
@@ -55,11 +56,9 @@ class MultiHeadAttention(nn.Module):
         if cfg.attention_kind == "additive":
             a = cfg.additive_dim or k
             init = nn.initializers.xavier_uniform(in_axis=1, out_axis=2)
-            self.additive_query = self.param("additive_query", init, (h, k, a), jnp.float32)
-            self.additive_key = self.param("additive_key", init, (h, k, a), jnp.float32)
-            self.additive_v = self.param(
-                "additive_v", nn.initializers.normal(a**-0.5), (h, a), jnp.float32
-            )
+            self.additive_query = param(self, "additive_query", init, (h, k, a))
+            self.additive_key = param(self, "additive_key", init, (h, k, a))
+            self.additive_v = param(self, "additive_v", nn.initializers.normal(a**-0.5), (h, a))
 
     @nn.compact  # cache variables are created lazily, on the first (init) call
     def __call__(self, x_q: Array, x_kv: Array, mask: Array | None = None) -> Array:

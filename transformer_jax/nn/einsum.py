@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from transformer_jax import ops
+from transformer_jax.nn.params import param
 from transformer_jax.ops.matmul import bias_axes
 
 Array = jnp.ndarray
@@ -50,12 +51,12 @@ class Einsum(nn.Module):
             in_axis=tuple(i for i, name in enumerate(w_axes) if name not in out),
             out_axis=tuple(w_axes.index(name) for name in bias_names),
         )
-        kernel = self.param("kernel", init, self.shape, jnp.float32)
+        kernel = param(self, "kernel", init, self.shape)
         bias = None
         if self.use_bias:
             size = dict(zip(w_axes, self.shape, strict=True))
             shape = tuple(size[name] for name in bias_names)
-            bias = self.param("bias", nn.initializers.zeros, shape, jnp.float32)
+            bias = param(self, "bias", nn.initializers.zeros, shape)
         return ops.dense(
             self.spec,
             x,

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.params import param
 
 
 class Embed(nn.Module):
@@ -23,8 +24,8 @@ class Embed(nn.Module):
 
     def setup(self) -> None:
         d = self.config.model_dim
-        self.table = self.param(
-            "embedding", nn.initializers.normal(stddev=d**-0.5), (self.vocab_size, d), jnp.float32
+        self.table = param(
+            self, "embedding", nn.initializers.normal(stddev=d**-0.5), (self.vocab_size, d)
         )
 
     def __call__(self, tokens: jnp.ndarray) -> jnp.ndarray:
@@ -80,8 +81,8 @@ class PositionalEncoding(nn.Module):
         if positions is not None and cfg.decode:
             raise ValueError("explicit positions are for packed training rows, not decode mode.")
         if cfg.positional == "learned":
-            table = self.param(
-                "position_embedding", nn.initializers.normal(0.02), (cfg.max_len, dim), jnp.float32
+            table = param(
+                self, "position_embedding", nn.initializers.normal(0.02), (cfg.max_len, dim)
             )
             if positions is None:
                 rows = jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)[None]

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.params import param
 
 # Xavier/Glorot uniform, as in the Flax WMT example and PyTorch's nn.Transformer.
 kernel_init = nn.initializers.xavier_uniform()
@@ -21,10 +22,10 @@ class FeedForward(nn.Module):
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         cfg = self.config
         d, f = x.shape[-1], cfg.ffn_dim
-        w1 = self.param("w1", kernel_init, (d, f), jnp.float32)
-        b1 = self.param("b1", nn.initializers.zeros, (f,), jnp.float32)
-        w2 = self.param("w2", kernel_init, (f, d), jnp.float32)
-        b2 = self.param("b2", nn.initializers.zeros, (d,), jnp.float32)
+        w1 = param(self, "w1", kernel_init, (d, f))
+        b1 = param(self, "b1", nn.initializers.zeros, (f,))
+        w2 = param(self, "w2", kernel_init, (f, d))
+        b2 = param(self, "b2", nn.initializers.zeros, (d,))
         dt = cfg.compute_dtype
         rng = None if cfg.deterministic or cfg.dropout_rate == 0 else self.make_rng("dropout")
         return ops.position_wise_ffn(

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
+from transformer_jax.nn.params import param
 
 
 class Norm(nn.Module):
@@ -21,8 +22,8 @@ class Norm(nn.Module):
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         cfg = self.config
         dim = x.shape[-1]
-        scale = self.param("scale", nn.initializers.ones, (dim,), jnp.float32)
+        scale = param(self, "scale", nn.initializers.ones, (dim,))
         if cfg.norm_kind == "rms":
             return ops.rms_norm(x, scale, cfg.norm_eps)
-        bias = self.param("bias", nn.initializers.zeros, (dim,), jnp.float32)
+        bias = param(self, "bias", nn.initializers.zeros, (dim,))
         return ops.layer_norm(x, scale, bias, cfg.norm_eps)

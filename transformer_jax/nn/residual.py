@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from transformer_jax import ops
 from transformer_jax.nn.config import ModelConfig
 from transformer_jax.nn.normalization import Norm
+from transformer_jax.nn.params import param
 
 
 class Residual(nn.Module):
@@ -38,5 +39,5 @@ class Residual(nn.Module):
             return Norm(cfg, name="norm")(x + drop(f(x)))
         if cfg.norm_placement == "pre":
             return x + drop(f(Norm(cfg, name="norm")(x)))
-        alpha = self.param("alpha", nn.initializers.zeros, (), jnp.float32)
+        alpha = param(self, "alpha", nn.initializers.zeros, ())
         return x + alpha.astype(x.dtype) * drop(f(x))
