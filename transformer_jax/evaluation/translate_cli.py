@@ -32,7 +32,6 @@ from transformer_jax.decoding.batch_decode import position_limit
 from transformer_jax.decoding.options import Hypotheses
 from transformer_jax.evaluation import note_limit
 from transformer_jax.evaluation.output_file import write_lines
-from transformer_jax.evaluation.plots import plot_attention
 from transformer_jax.evaluation.progress import progress_bar
 from transformer_jax.evaluation.stream_encoding import check_translations_fit, output_characters
 from transformer_jax.evaluation.text_lines import argument_text, decode_lines
@@ -274,6 +273,9 @@ def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str
     # A cut input's translation is its parts'; the map shows the whole input's own.
     target_ids = None if first in out.sources.parts else out.target_ids[first]
     maps = translator.attention_maps(prepared[first], target_ids=target_ids)
+    # Imported here: matplotlib takes ~0.3 s to import, a tenth of a one-line translate.
+    from transformer_jax.evaluation.plots import plot_attention
+
     plot_attention(maps, path)
     logging.info("Attention of %r written to %s", prepared[first], path)
 
