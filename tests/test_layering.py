@@ -43,6 +43,9 @@ FUNCTION_LEVEL_ALLOWED: dict[tuple[str, str], str] = {
     # The fra_eng TFDS builder registers itself when imported: the dataset-name check asks
     # for it without importing TFDS where the config is only validated.
     ("transformer_jax.data.catalogue", "transformer_jax.data.fra_eng"): "tensorflow_datasets",
+    # translate draws a plot only when --attention_plot asks: matplotlib's ~0.3 s import
+    # was a tenth of a one-line translate.
+    ("transformer_jax.evaluation.translate_cli", "transformer_jax.evaluation.plots"): "matplotlib",
 }
 
 

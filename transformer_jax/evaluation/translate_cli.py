@@ -273,7 +273,7 @@ def _plot_first(translator: Translator, prepared: list[str], out: Any, path: str
     # A cut input's translation is its parts'; the map shows the whole input's own.
     target_ids = None if first in out.sources.parts else out.target_ids[first]
     maps = translator.attention_maps(prepared[first], target_ids=target_ids)
-    # Imported here: matplotlib takes ~0.3 s to import, a tenth of a one-line translate.
+    # Imported here, for matplotlib (~0.3 s to import, a tenth of a one-line translate).
     from transformer_jax.evaluation.plots import plot_attention
 
     plot_attention(maps, path)
