@@ -15,6 +15,9 @@ from tests.helpers import REPO, subprocess_env
 SWALLOWED = textwrap.dedent(
     """
     import gc, os, signal, sys, time
+    # Python's own Ctrl-C handler, which it installs only where SIGINT did not come in
+    # ignored: a background job of a script (`cmd &`) starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     {install}
     def callback(phase, info):
         if phase == "start":
